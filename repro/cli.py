@@ -20,21 +20,24 @@ VERBS: dict[str, str] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser, one sub-parser per verb."""
+def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser; only the ``selected`` verb's module is imported and given its flags."""
     parser = argparse.ArgumentParser(prog="repro", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
     for verb, help_text in VERBS.items():
-        module = importlib.import_module(f"repro.{verb.replace('-', '_')}")
         verb_parser = sub.add_parser(verb, help=help_text, description=help_text)
-        module.add_arguments(verb_parser)
-        verb_parser.set_defaults(_module=module)
+        if verb == selected:
+            module = importlib.import_module(f"repro.{verb.replace('-', '_')}")
+            module.add_arguments(verb_parser)
+            verb_parser.set_defaults(_module=module)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``repro`` console script."""
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    selected = next((a for a in argv if not a.startswith("-")), None)
+    args = build_parser(selected if selected in VERBS else None).parse_args(argv)
     try:
         return int(args._module.main(args) or 0)
     except (UsageError, ReproError) as exc:

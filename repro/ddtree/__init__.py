@@ -1,0 +1,55 @@
+"""DDTree: draft trees from one block-diffusion drafter pass, verified in one target forward.
+
+Behavioural contract: ddtree-spec.md. Imports only torch and the standard library: no engine
+code, no files, no environment variables. ``reference`` (the heap oracle) is deliberately not
+re-exported: tests and ``repro golden`` import it by name.
+"""
+
+from repro.ddtree.commit import Emission, accepted_rows, emitted_tokens, finish_host, kv_slots_to_keep
+from repro.ddtree.round import RoundOutput, ddtree_round
+from repro.ddtree.tensors import ancestor_mask, full_mask, positions, tree_pointers, verify_tensors
+from repro.ddtree.topk import merge_topk, topk_logprobs
+from repro.ddtree.tree import build_trees, build_trees_from_topk
+from repro.ddtree.types import (
+    NO_CHILD,
+    NO_PARENT,
+    NO_SIBLING,
+    NO_TOKEN,
+    NOT_ACCEPTED,
+    DraftTree,
+    TopK,
+    VerifyTensors,
+    WalkResult,
+)
+from repro.ddtree.walk import greedy_tokens, sample_target_tokens, walk
+
+__all__ = [
+    "NO_CHILD",
+    "NO_PARENT",
+    "NO_SIBLING",
+    "NO_TOKEN",
+    "NOT_ACCEPTED",
+    "DraftTree",
+    "Emission",
+    "RoundOutput",
+    "TopK",
+    "VerifyTensors",
+    "WalkResult",
+    "accepted_rows",
+    "ancestor_mask",
+    "build_trees",
+    "build_trees_from_topk",
+    "ddtree_round",
+    "emitted_tokens",
+    "finish_host",
+    "full_mask",
+    "greedy_tokens",
+    "kv_slots_to_keep",
+    "merge_topk",
+    "positions",
+    "sample_target_tokens",
+    "topk_logprobs",
+    "tree_pointers",
+    "verify_tensors",
+    "walk",
+]

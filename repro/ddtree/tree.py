@@ -1,0 +1,260 @@
+"""Batched DDTree construction: the best ``B`` prefixes over all depths (ddtree-spec.md §2).
+
+Tensor formulation of the reference best-first heap, with no per-request Python loop and no
+host synchronisation (every shape depends only on ``bs``, ``L``, ``K`` and ``B``):
+
+1. Depth 1 holds ranks ``0..min(B, K)-1``.
+2. Depth ``d`` keeps the best ``B`` children of depth ``d-1``'s kept nodes (the best ``B``
+   prefixes of a depth are always children of the best ``B`` of the depth above). A child
+   ``(parent position i, token rank r)`` can only make it if ``(i+1)(r+1) <= B``: the ``i+1``
+   parents at or before ``i`` each have ``r+1`` children at least as good.
+3. The tree is the best ``B`` of the union, ordered best first. Ties between equal scores go to
+   the lexicographically smaller rank tuple, a strict prefix first (§2.3): the lexicographic
+   order of the union is its depth-first preorder, computed from subtree sizes.
+
+Scores are ``sum(logit) - sum(lse)`` accumulated in float64 in depth order, which is
+``sum_d log q_d`` exactly for the float32 inputs. ``reference.py`` computes the same numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+
+from repro.ddtree.topk import check_budget, check_draft_logits, topk_logprobs
+from repro.ddtree.types import NO_PARENT, NO_TOKEN, DraftTree, TopK
+
+_LAST = torch.iinfo(torch.int64).max  # sort key of invalid entries: after every real one
+
+
+def build_trees(
+    draft_logits: torch.Tensor,
+    budget: int,
+    root_tokens: torch.Tensor | None = None,
+    *,
+    check_finite: bool = True,
+) -> DraftTree:
+    """Build one draft tree per request from drafter logits [bs, L, V] (any float dtype/device).
+
+    ``check_finite`` rejects NaN/inf logits with a ValueError at the cost of one host sync;
+    hot paths that trust their input pass False.
+    """
+    check_draft_logits(draft_logits, check_finite=check_finite)
+    check_budget(budget)
+    topk = topk_logprobs(draft_logits, max(1, min(budget, draft_logits.shape[-1])))
+    return build_trees_from_topk(topk, budget, root_tokens)
+
+
+def build_trees_from_topk(
+    topk: TopK, budget: int, root_tokens: torch.Tensor | None = None
+) -> DraftTree:
+    """Build the trees from per-depth top-K (needs K >= min(budget, V))."""
+    check_budget(budget)
+    bs, horizon, k = topk.ids.shape
+    kb = min(budget, topk.vocab_size)
+    if k < kb:
+        raise ValueError(f"topk must keep K >= min(budget, V) = {kb} ranks per depth (got K={k})")
+    roots = _root_column(root_tokens, bs, topk.ids.device)
+    if budget == 0:
+        return _root_only(roots, horizon, root_tokens is not None)
+
+    levels = _frontiers(topk.logits[..., :kb].double(), _lse_cumsum(topk.lse), budget)
+    union = _Union.of(levels)
+    preorder = _preorder(levels)
+    best = _best_first(union.score, preorder)[:, :budget]  # [bs, <=B] union indices
+
+    m = union.score.shape[1]
+    pos = torch.full((bs, m + 1), -1, dtype=torch.int64, device=roots.device)
+    pos.scatter_(1, best, torch.arange(1, best.shape[1] + 1, device=roots.device).expand_as(best))
+    pos[:, m] = 0  # the root's slot: parents of depth-1 entries point here
+    take = lambda t: torch.gather(t, 1, best)  # noqa: E731
+    valid = take(union.valid)
+    depth = take(union.depth)
+    token = torch.gather(topk.ids.reshape(bs, -1), 1, (depth - 1).clamp(min=0) * k + take(union.rank))
+    parent = torch.gather(pos, 1, take(union.parent))
+
+    pad = budget - best.shape[1]
+    row = lambda t, fill, real: _pad(torch.where(valid, real, fill), pad, fill)  # noqa: E731
+    return DraftTree(
+        tokens=torch.cat([roots[:, None], row(token, NO_TOKEN, token)], 1),
+        parents=torch.cat([roots.new_full((bs, 1), NO_PARENT), row(parent, NO_PARENT, parent)], 1),
+        depths=torch.cat([roots.new_zeros((bs, 1)), row(depth, 0, depth)], 1),
+        num_nodes=1 + valid.sum(1),
+        scores=torch.cat(
+            [union.score.new_zeros((bs, 1)), row(take(union.score), float("-inf"), take(union.score))], 1
+        ),
+        budget=budget,
+        horizon=horizon,
+        has_root=root_tokens is not None,
+    )
+
+
+@dataclass(frozen=True)
+class _Level:
+    """The kept nodes of one depth, best first. ``slot`` indexes the level above (-1: root)."""
+
+    x: torch.Tensor  # [bs, F] float64, sum of logits along the path
+    score: torch.Tensor  # [bs, F] float64, -inf for invalid entries
+    rank: torch.Tensor  # [bs, F] int64, token rank at this depth
+    slot: torch.Tensor  # [bs, F] int64, parent's position in the level above
+    valid: torch.Tensor  # [bs, F] bool
+    lexkey: torch.Tensor  # [bs, F] int64, orders the level lexicographically by rank tuple
+    lexord: torch.Tensor  # [bs, F] int64, position in that lexicographic order
+
+
+def _frontiers(x: torch.Tensor, lse_cum: torch.Tensor, budget: int) -> list[_Level]:
+    """Per-depth best-``B`` frontiers for depths 1..min(L, B)."""
+    bs, horizon, kb = x.shape
+    dev = x.device
+    rank = torch.arange(kb, device=dev).expand(bs, kb)
+    first = x[:, 0, :]
+    levels = [
+        _Level(first, first - lse_cum[:, :1], rank, torch.full_like(rank, -1),
+               torch.ones_like(rank, dtype=torch.bool), rank, rank)
+    ]
+    for d in range(1, min(horizon, budget)):
+        prev = levels[-1]
+        slot, r = _pairs(prev.x.shape[1], kb, budget, dev)
+        cx = prev.x[:, slot] + x[:, d, r]
+        valid = prev.valid[:, slot]
+        score = torch.where(valid, cx - lse_cum[:, d : d + 1], float("-inf"))
+        lexkey = torch.where(valid, prev.lexord[:, slot] * kb + r, _LAST)
+        keep = _best_first(score, lexkey)[:, :budget]
+        lexkey = torch.gather(lexkey, 1, keep)
+        levels.append(
+            _Level(
+                x=torch.gather(cx, 1, keep),
+                score=torch.gather(score, 1, keep),
+                rank=r[keep],
+                slot=slot[keep],
+                valid=torch.gather(valid, 1, keep),
+                lexkey=lexkey,
+                lexord=_inverse(torch.argsort(lexkey, dim=1, stable=True)),
+            )
+        )
+    return levels
+
+
+@dataclass(frozen=True)
+class _Union:
+    """All levels concatenated; ``parent`` indexes the union, ``m`` (one past the end) = root."""
+
+    score: torch.Tensor  # [bs, M] float64
+    rank: torch.Tensor  # [bs, M] int64
+    depth: torch.Tensor  # [bs, M] int64
+    parent: torch.Tensor  # [bs, M] int64
+    valid: torch.Tensor  # [bs, M] bool
+
+    @classmethod
+    def of(cls, levels: list[_Level]) -> _Union:
+        sizes = [lv.score.shape[1] for lv in levels]
+        m = sum(sizes)
+        offsets = [0]
+        for s in sizes[:-1]:
+            offsets.append(offsets[-1] + s)
+        parents = [torch.full_like(levels[0].slot, m)]
+        parents += [lv.slot + offsets[i] for i, lv in enumerate(levels[1:])]
+        return cls(
+            score=torch.cat([lv.score for lv in levels], 1),
+            rank=torch.cat([lv.rank for lv in levels], 1),
+            depth=torch.cat([torch.full_like(lv.rank, d + 1) for d, lv in enumerate(levels)], 1),
+            parent=torch.cat(parents, 1),
+            valid=torch.cat([lv.valid for lv in levels], 1),
+        )
+
+
+def _preorder(levels: list[_Level]) -> torch.Tensor:
+    """Depth-first preorder index of every union entry: the lexicographic order of rank tuples."""
+    sizes = [lv.valid.long() for lv in levels]
+    for d in range(len(levels) - 1, 0, -1):  # subtree sizes, bottom-up
+        child = levels[d]
+        sizes[d - 1] = sizes[d - 1].scatter_add(1, child.slot, sizes[d] * child.valid)
+    parent_pre = torch.zeros_like(levels[0].slot[:, :1])  # the root is preorder 0
+    out = []
+    for lv, size in zip(levels, sizes):
+        slot = lv.slot.clamp(min=0)
+        lex = torch.argsort(lv.lexkey, dim=1, stable=True)  # siblings contiguous, in rank order
+        excl = torch.cumsum(torch.gather(size, 1, lex), 1) - torch.gather(size, 1, lex)
+        excl = torch.gather(excl, 1, _inverse(lex))  # back to best-first order
+        base = torch.full_like(parent_pre, _LAST).scatter_reduce(1, slot, excl, "amin")
+        pre = torch.gather(parent_pre, 1, slot) + 1 + excl - torch.gather(base, 1, slot)
+        pre = torch.where(lv.valid, pre, _LAST)
+        out.append(pre)
+        parent_pre = pre
+    return torch.cat(out, 1)
+
+
+def _best_first(score: torch.Tensor, tiekey: torch.Tensor) -> torch.Tensor:
+    """Indices ordering each row by score descending, then ``tiekey`` ascending."""
+    by_tie = torch.argsort(tiekey, dim=1, stable=True)
+    by_score = torch.argsort(torch.gather(score, 1, by_tie), dim=1, descending=True, stable=True)
+    return torch.gather(by_tie, 1, by_score)
+
+
+def _inverse(perm: torch.Tensor) -> torch.Tensor:
+    """Row-wise inverse of a permutation: out[b, perm[b, j]] = j."""
+    ar = torch.arange(perm.shape[1], device=perm.device).expand_as(perm)
+    return torch.empty_like(perm).scatter_(1, perm, ar)
+
+
+def _lse_cumsum(lse: torch.Tensor) -> torch.Tensor:
+    """[bs, L] float64 running sum of per-depth lse, accumulated in depth order like the heap."""
+    cols = [lse[:, 0].double()]
+    for d in range(1, lse.shape[1]):
+        cols.append(cols[-1] + lse[:, d].double())
+    return torch.stack(cols, 1)
+
+
+_PAIRS: dict[tuple[int, int, int, str], tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _pairs(parents: int, ranks: int, budget: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(parent position, token rank) pairs that can reach the best ``budget``; cached per device.
+
+    The cache is filled on the first (eager) call, so CUDA-graph capture never copies from host.
+    """
+    key = (parents, ranks, budget, str(device))
+    if key not in _PAIRS:
+        slot, rank = _pairs_host(parents, ranks, budget)
+        _PAIRS[key] = (slot.to(device), rank.to(device))
+    return _PAIRS[key]
+
+
+@lru_cache(maxsize=None)
+def _pairs_host(parents: int, ranks: int, budget: int) -> tuple[torch.Tensor, torch.Tensor]:
+    slots, rks = [], []
+    for i in range(parents):
+        n = min(ranks, budget // (i + 1))
+        slots.extend([i] * n)
+        rks.extend(range(n))
+    return torch.tensor(slots, dtype=torch.int64), torch.tensor(rks, dtype=torch.int64)
+
+
+def _root_column(root_tokens: torch.Tensor | None, bs: int, device: torch.device) -> torch.Tensor:
+    if root_tokens is None:
+        return torch.full((bs,), NO_TOKEN, dtype=torch.int64, device=device)
+    if root_tokens.shape != (bs,):
+        raise ValueError(f"root_tokens must have shape [bs] = ({bs},) (got {tuple(root_tokens.shape)})")
+    return root_tokens.to(device=device, dtype=torch.int64)
+
+
+def _root_only(roots: torch.Tensor, horizon: int, has_root: bool) -> DraftTree:
+    col = roots[:, None]
+    return DraftTree(
+        tokens=col.clone(),
+        parents=torch.full_like(col, NO_PARENT),
+        depths=torch.zeros_like(col),
+        num_nodes=torch.ones_like(roots),
+        scores=torch.zeros(col.shape, dtype=torch.float64, device=col.device),
+        budget=0,
+        horizon=horizon,
+        has_root=has_root,
+    )
+
+
+def _pad(t: torch.Tensor, n: int, fill: float) -> torch.Tensor:
+    if n == 0:
+        return t
+    return torch.cat([t, t.new_full((t.shape[0], n), fill)], 1)

@@ -1,0 +1,83 @@
+"""The acceptance walk and the target's per-node token choice (ddtree-spec.md §4).
+
+The walk is lossless at any temperature: the target picks one token per node under that node's
+ancestor-only context (argmax at T = 0, a sample of its own decoding rule at T > 0) and the walk
+follows exactly those tokens, so every emitted token is a genuine target choice.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from repro.ddtree.types import NO_PARENT, NOT_ACCEPTED, DraftTree, WalkResult
+
+
+def walk(tree: DraftTree, target_tokens: torch.Tensor) -> WalkResult:
+    """Follow the target's tokens from the root while they match a child; batched, sync-free.
+
+    ``target_tokens[b, i]`` is the target's token at node i, shape [bs, N].
+    """
+    if target_tokens.shape != tree.tokens.shape:
+        raise ValueError(
+            f"target_tokens must have shape [bs, N] = {tuple(tree.tokens.shape)} (got {tuple(target_tokens.shape)})"
+        )
+    target = target_tokens.to(tree.tokens)
+    real = tree.parents != NO_PARENT
+    parent = tree.parents.clamp(min=0)
+    # a node "matches" if the target's token at its parent is its own token; siblings hold
+    # distinct tokens, so at most one child of any node matches
+    matches = real & (torch.gather(target, 1, parent) == tree.tokens)
+    matches[:, 0] = True
+    accepted = matches
+    for _ in range(min(tree.horizon, tree.budget)):  # accepted = every node on the path matches
+        accepted = matches & torch.gather(accepted, 1, parent)
+    accepted = accepted & (real | (torch.arange(tree.n, device=tree.device) == 0))
+
+    horizon = tree.horizon
+    bs = tree.bs
+    accept_index = torch.full((bs, horizon + 2), NOT_ACCEPTED, dtype=torch.int64, device=tree.device)
+    slot = torch.where(accepted, tree.depths, horizon + 1)  # accepted nodes sit at their depth
+    nodes = torch.arange(tree.n, device=tree.device).expand(bs, -1)
+    accept_index.scatter_(1, slot, nodes)
+    accept_index = accept_index[:, : horizon + 1].contiguous()
+    accept_len = accepted.sum(1)
+    last = torch.gather(accept_index, 1, (accept_len - 1)[:, None])
+    return WalkResult(accept_index, accept_len, torch.gather(target, 1, last)[:, 0])
+
+
+def greedy_tokens(logits: torch.Tensor) -> torch.Tensor:
+    """Argmax per node (T = 0), [..., V] -> [...]."""
+    return torch.argmax(logits, dim=-1)
+
+
+def sample_target_tokens(
+    logits: torch.Tensor,
+    temperature: torch.Tensor,
+    top_k: torch.Tensor,
+    top_p: torch.Tensor,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """One token per node [bs, N] from target logits [bs, N, V], each request with its own rule.
+
+    ``temperature`` [bs] (0 means greedy), ``top_k`` [bs] (<= 0 disables), ``top_p`` [bs] (1
+    disables). Sampling is an exponential race (argmax of p / Exp(1)), so it never syncs; the
+    ``generator`` makes it reproducible.
+    """
+    bs, n, vocab = logits.shape
+    for name, t in (("temperature", temperature), ("top_k", top_k), ("top_p", top_p)):
+        if t.shape != (bs,):
+            raise ValueError(f"{name} must have shape [bs] = ({bs},) (got {tuple(t.shape)})")
+    x = logits.float()
+    greedy = temperature <= 0
+    scaled = x / torch.where(greedy, 1.0, temperature.float())[:, None, None]
+    sorted_x, order = torch.sort(scaled, dim=-1, descending=True)
+    ranks = torch.arange(vocab, device=x.device)
+    k = torch.where(top_k > 0, top_k, vocab).clamp(max=vocab)
+    probs = torch.softmax(sorted_x, dim=-1)
+    before = torch.cumsum(probs, dim=-1) - probs  # mass strictly above each rank
+    keep = (ranks < k[:, None, None]) & ((before < top_p.float()[:, None, None]) | (ranks == 0))
+    kept = torch.where(keep, probs, 0.0)
+    race = torch.empty_like(kept).exponential_(generator=generator)
+    choice = torch.argmax(kept / race, dim=-1, keepdim=True)
+    sampled = torch.gather(order, -1, choice)[..., 0]
+    return torch.where(greedy[:, None], greedy_tokens(x), sampled)

@@ -1,0 +1,91 @@
+"""`repro golden check|regen`: verify or rebuild the golden set under golden/."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from repro.errors import UsageError
+
+DEFAULT_DIR = Path(__file__).resolve().parent.parent / "golden"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of `repro golden`."""
+    parser.add_argument("action", choices=["check", "regen"], help="check hashes and re-derive, or regenerate")
+    parser.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="golden directory (default: the repo's golden/)")
+    parser.add_argument("--only", action="append", default=[], metavar="NAME", help="limit to these case names")
+    parser.add_argument("--device", default="cpu", help="device for the batched re-derivation (check only)")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Dispatch to check or regen; non-zero exit when any case fails."""
+    return _check(args) if args.action == "check" else _regen(args)
+
+
+def _regen(args: argparse.Namespace) -> int:
+    from repro import goldenset
+    from repro.stack import fingerprint
+
+    specs = goldenset.case_specs()
+    known = {s.name for s in specs}
+    unknown = sorted(set(args.only) - known)
+    if unknown:
+        raise UsageError(f"--only names unknown cases {unknown} (known: {len(known)} cases, see golden/manifest.json)")
+    args.dir.mkdir(parents=True, exist_ok=True)
+    manifest_path = args.dir / goldenset.MANIFEST
+    old = goldenset.load_manifest(args.dir) if manifest_path.exists() else {"cases": []}
+    entries = {e["name"]: e for e in old["cases"]}
+    chosen = [s for s in specs if not args.only or s.name in args.only]
+    for i, spec in enumerate(chosen, 1):
+        entry = goldenset.write_case(args.dir, spec)
+        changed = entries.get(spec.name, {}).get("sha256") != entry["sha256"]
+        entries[spec.name] = entry
+        print(f"[{i}/{len(chosen)}] {spec.name}: {'changed' if changed else 'unchanged'}", flush=True)
+    ours = [entries[s.name] for s in specs if s.name in entries]
+    others = [e for e in entries.values() if e.get("kind") != goldenset.KIND]
+    manifest = {
+        "format": 1,
+        "regenerate": goldenset.REGEN_COMMAND,
+        "fingerprint": fingerprint(),
+        "cases": ours + others,
+    }
+    manifest_path.write_text(json.dumps(manifest, indent=1, sort_keys=False) + "\n")
+    print(f"wrote {len(chosen)} case(s) and {manifest_path}")
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    from repro import goldenset
+
+    if not (args.dir / goldenset.MANIFEST).exists():
+        raise UsageError(f"no {goldenset.MANIFEST} in {args.dir} (run `repro golden regen` to create the set)")
+    failures, count = 0, 0
+    t0 = time.perf_counter()
+    for entry, spec in goldenset.iter_cases(args.dir):
+        if args.only and spec.name not in args.only:
+            continue
+        count += 1
+        path = args.dir / entry["file"]
+        if not path.exists():
+            print(f"FAIL {spec.name}: missing file {entry['file']}")
+            failures += 1
+            continue
+        if goldenset.sha256(path) != entry["sha256"]:
+            print(f"FAIL {spec.name}: sha256 differs from the manifest")
+            failures += 1
+            continue
+        inputs, stored = goldenset.load_case(args.dir, entry)
+        bad = {p: goldenset.mismatches(stored, goldenset.derive(inputs, spec.budget, p, args.device))
+               for p in ("batched", "reference")}
+        if any(bad.values()):
+            print(f"FAIL {spec.name}: " + "; ".join(f"{p} differs on {b}" for p, b in bad.items() if b))
+            failures += 1
+        else:
+            print(f"ok   {goldenset.summarize(spec, stored)}")
+    if count == 0:
+        raise UsageError(f"no DDTree cases matched in {args.dir / goldenset.MANIFEST}")
+    print(f"{count - failures}/{count} golden cases ok ({time.perf_counter() - t0:.1f} s, batched on {args.device})")
+    return 1 if failures else 0
