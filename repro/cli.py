@@ -17,6 +17,13 @@ from repro.errors import ReproError, UsageError
 VERBS: dict[str, str] = {
     "demo": "run an embedded end-to-end DDTree decode on a toy target and drafter (CPU)",
     "golden": "check or regenerate the golden set in golden/",
+    "patch": "apply, check or revert the DDTree patch series on the pinned SGLang",
+    "wheelhouse": "download, hash-check and pack the pinned serving wheels for an offline GPU host",
+    "install-offline": "install a wheelhouse with no network, checking every hash",
+    "serve": "run SGLang for a deployment profile on 127.0.0.1 until Ctrl-C",
+    "bench": "benchmark AR vs DFLASH vs DDTREE (and TP vs EP) against SGLang from profiles",
+    "report": "write the Markdown/JSON/PNG handoff report from bench results and verify tiers",
+    "topology": "classify the GPU interconnect (nvidia-smi topo -m) and recommend TP or EP",
 }
 
 

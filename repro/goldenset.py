@@ -263,7 +263,7 @@ def write_case(golden_dir: Path, spec: CaseSpec) -> dict:
     tensors.update({f"out.{k}": v.contiguous() for k, v in outputs.items()})
     for key in [k for k, v in tensors.items() if v.dtype == torch.bool]:  # masks: 1 bit per entry
         tensors[key + _BITS], tensors[key + _SHAPE] = _pack(tensors.pop(key))
-    save_file(tensors, str(path), metadata={"case": spec.name, "spec": json.dumps(asdict(spec))})
+    save_file(tensors, str(path), metadata={"spec": json.dumps(asdict(spec))})  # one key: stable bytes
     return {"name": spec.name, "kind": KIND, "file": rel, "sha256": sha256(path), "spec": asdict(spec),
             "command": f"{REGEN_COMMAND} --only {spec.name}", "seed": spec.seed}
 

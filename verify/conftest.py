@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -41,9 +42,15 @@ def _sglang_reason() -> str | None:
     return _cuda_reason()
 
 
+def _nix_reason() -> str | None:
+    if shutil.which("nix") is None or shutil.which("nix-instantiate") is None:
+        return "the nix CLI is not installed (.ci/run installs Debian's nix-bin)"
+    return None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Skip tier tests whose hardware or software is missing, saying why."""
-    reasons = {"gpu": _cuda_reason(), "sglang": _sglang_reason()}
+    reasons = {"gpu": _cuda_reason(), "sglang": _sglang_reason(), "nix": _nix_reason()}
     for item in items:
         for marker, reason in reasons.items():
             if reason and item.get_closest_marker(marker):

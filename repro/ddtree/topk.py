@@ -78,15 +78,14 @@ def topk_logprobs(draft_logits: torch.Tensor, k: int) -> TopK:
     )
 
 
-def merge_topk(parts: Sequence[TopK]) -> TopK:
-    """Combine per-shard top-K results (ids already global) into the top-K of the whole vocabulary.
+def merge_topk(parts: Sequence[TopK], k: int) -> TopK:
+    """Combine per-shard top-K results (ids already global) into the top-``k`` of the vocabulary.
 
-    Each shard must hold its own top-min(K, shard size); the lse of the whole row is the logsumexp
-    of the shards' lse. This is what a tensor-parallel rank gathers from its peers.
+    Each shard must hold its own top-min(k, shard size); the lse of the whole row is the
+    logsumexp of the shards' lse. This is what a tensor-parallel rank gathers from its peers.
     """
     if not parts:
         raise ValueError("merge_topk needs at least one shard (got 0)")
-    k = max(p.k for p in parts)
     logits = torch.cat([p.logits for p in parts], dim=-1)
     ids = torch.cat([p.ids for p in parts], dim=-1)
     pos = torch.topk(order_keys(logits, ids), min(k, logits.shape[-1]), dim=-1, sorted=True).indices

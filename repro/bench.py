@@ -1,0 +1,332 @@
+"""`repro bench PROFILE...`: AR vs DFLASH vs DDTREE(budgets) x concurrency x temperature on SGLang.
+
+For each profile and algorithm (and each DDTREE budget) one server is started from the profile,
+warmed up, and driven by closed-loop clients at every concurrency and temperature; each finished
+request is appended to the results JSONL and fsynced. ``--resume`` skips what the file already
+holds, so a crash, a dead server or ``--time-limit`` costs nothing but a rerun. ``--url`` measures
+a server that is already running instead (its algorithm is read from ``/server_info``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+import uuid
+from collections import deque
+from dataclasses import asdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from repro import gpuinfo
+from repro.errors import ReproError, UsageError
+from repro.profiles import ALGORITHMS, Profile, load_profiles, model_path, models_dir
+from repro.prompts import PromptSet, load_prompts, request_input, vocab_size
+from repro.results import (HEADERS, Cell, ResultsWriter, finished, format_table, read_records,
+                           summarize, table_rows)
+from repro.sglang_client import Client
+from repro.sglang_server import SGLangServer, free_port, sigterm_as_interrupt
+
+INCOMPLETE = 3  # exit code: stopped at --time-limit; rerun with --resume
+
+
+def _ints(text: str) -> list[int]:
+    return [int(v) for v in text.split(",") if v.strip()]
+
+
+def _floats(text: str) -> list[float]:
+    return [float(v) for v in text.split(",") if v.strip()]
+
+
+def _algorithms(text: str) -> list[str]:
+    names = [v.strip().upper() for v in text.split(",") if v.strip()]
+    bad = [n for n in names if n not in ALGORITHMS]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"must be a comma list of {', '.join(ALGORITHMS)}")
+    return names
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("profiles", nargs="+", metavar="PROFILE", help="profile names")
+    parser.add_argument("--algorithms", type=_algorithms, default=list(ALGORITHMS),
+                        help="comma list (default AR,DFLASH,DDTREE)")
+    parser.add_argument("--budgets", type=_ints, default=[],
+                        help="DDTREE budgets, comma list (default: the profile's budget)")
+    parser.add_argument("--concurrency", type=_ints, default=[1, 4, 16],
+                        help="closed-loop clients, comma list (default 1,4,16)")
+    parser.add_argument("--temperatures", type=_floats, default=[0.0],
+                        help="sampling temperatures, comma list (default 0)")
+    parser.add_argument("--prompts", default="humaneval", help="humaneval or a .jsonl file")
+    parser.add_argument("--num-prompts", type=int, default=32, help="requests per cell (default 32)")
+    parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument("--max-prompt-tokens", type=int, default=1024,
+                        help="cut token-id prompts to their last N ids (default 1024)")
+    parser.add_argument("--warmup", type=int, default=2, help="unrecorded requests per server")
+    parser.add_argument("-o", "--output", type=Path, default=Path("results/bench.jsonl"))
+    parser.add_argument("--resume", action="store_true", help="continue the --output file")
+    parser.add_argument("--time-limit", type=float, default=None, metavar="S",
+                        help=f"stop starting work after S seconds (exit {INCOMPLETE}; then --resume)")
+    parser.add_argument("--url", help="bench this running server (one PROFILE) instead")
+    parser.add_argument("--port", type=int, default=None, help="server port (default: a free one)")
+    parser.add_argument("--models-dir", type=Path, default=None)
+    parser.add_argument("--log-dir", type=Path, default=Path("results/logs"))
+    parser.add_argument("--start-timeout", type=float, default=None, metavar="S")
+    parser.add_argument("--request-timeout", type=float, default=600.0, metavar="S")
+    parser.add_argument("--profile-file", type=Path, default=None, help="another profiles.toml")
+
+
+def _check(args: argparse.Namespace) -> None:
+    positive = {"--num-prompts": args.num_prompts, "--max-new-tokens": args.max_new_tokens,
+                "--max-prompt-tokens": args.max_prompt_tokens}
+    for flag, value in positive.items():
+        if value < 1:
+            raise UsageError(f"{flag} must be >= 1 (got {value})")
+    if not args.concurrency or min(args.concurrency) < 1:
+        raise UsageError(f"--concurrency must list integers >= 1 (got {args.concurrency})")
+    if max(args.concurrency) > args.num_prompts:
+        raise UsageError(f"--num-prompts must be >= the largest --concurrency "
+                         f"({max(args.concurrency)}) (got {args.num_prompts})")
+    if any(t < 0 for t in args.temperatures) or not args.temperatures:
+        raise UsageError(f"--temperatures must list values >= 0 (got {args.temperatures})")
+    if any(b < 0 for b in args.budgets):
+        raise UsageError(f"--budgets must list integers >= 0 (got {args.budgets})")
+    if args.url and len(args.profiles) != 1:
+        raise UsageError(f"--url takes exactly one PROFILE (got {len(args.profiles)})")
+
+
+def _variants(profile: Profile, algorithms: list[str], budgets: list[int]) -> list[Profile]:
+    """The profile once per algorithm, and once per budget for DDTREE."""
+    out = []
+    for algorithm in algorithms:
+        if algorithm != "DDTREE":
+            out.append(profile.with_algorithm(algorithm))
+            continue
+        if not budgets and profile.budget is None:
+            raise UsageError(f"--budgets is needed: profile {profile.name!r} sets no budget")
+        out += [profile.with_algorithm("DDTREE", b) for b in budgets or [profile.budget]]
+    return out
+
+
+def _from_server_info(profile: Profile, info: dict[str, Any]) -> Profile:
+    """The profile as the running server actually serves it."""
+    algorithm = (info.get("speculative_algorithm") or "AR").upper()
+    if algorithm not in ALGORITHMS:
+        raise ReproError(f"the server at --url runs {algorithm}, not one of {', '.join(ALGORITHMS)}")
+    return profile.with_algorithm(algorithm, info.get("speculative_ddtree_budget"))
+
+
+class Progress:
+    """A one-line progress bar on stderr (a line per 10% when stderr is not a terminal)."""
+
+    def __init__(self, total: int, done: int) -> None:
+        self.total, self.done, self.lock = total, done, threading.Lock()
+        self.tty = sys.stderr.isatty()
+        self.shown = -1
+
+    def step(self, label: str) -> None:
+        with self.lock:
+            self.done += 1
+            frac = self.done / max(self.total, 1)
+            if self.tty:
+                bar = "#" * int(30 * frac)
+                sys.stderr.write(f"\r[{bar:<30}] {self.done}/{self.total} {label:<40.40}")
+            elif int(frac * 10) > self.shown:
+                self.shown = int(frac * 10)
+                sys.stderr.write(f"bench: {self.done}/{self.total} requests ({label})\n")
+            sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.tty:
+            sys.stderr.write("\n")
+
+
+class Runner:
+    """Drives the cells of one server and records every finished request."""
+
+    def __init__(self, writer: ResultsWriter, session: str, progress: Progress,
+                 deadline: float | None) -> None:
+        self.writer, self.session, self.progress, self.deadline = writer, session, progress, deadline
+        self.stopped = False  # set once the time limit is reached
+
+    def out_of_time(self) -> bool:
+        return self.deadline is not None and time.monotonic() > self.deadline
+
+    def run_cell(self, client: Client, cell: Cell, indices: list[int],
+                 payload: Callable[[int, float], dict[str, Any]],
+                 server: SGLangServer | None) -> None:
+        """Run ``indices`` of ``cell`` with ``cell.concurrency`` closed-loop clients."""
+        queue, lock, stop = deque(indices), threading.Lock(), threading.Event()
+        errors: list[tuple[int, ReproError]] = []
+
+        def worker() -> None:
+            while not stop.is_set():
+                with lock:
+                    if not queue:
+                        return
+                    index = queue.popleft()
+                start = time.time()
+                try:
+                    done = client.generate(payload(index, cell.temperature))
+                except ReproError as exc:
+                    errors.append((index, exc))
+                    stop.set()
+                    return
+                self.writer.append({
+                    "kind": "request", "session": self.session, "cell": asdict(cell),
+                    "index": index, "start": start, "end": time.time(),
+                    "prompt_tokens": done.prompt_tokens, "completion_tokens": done.completion_tokens,
+                    "spec_verify_ct": done.spec_verify_ct, "tau": done.tau, "ttft_s": done.ttft_s,
+                    "latency_s": done.latency_s, "chunks": done.chunks,
+                    "finish_reason": done.finish_reason})
+                self.progress.step(f"{cell.profile} {cell.label} c={cell.concurrency} "
+                                   f"T={cell.temperature:g}")
+                if self.out_of_time():
+                    self.stopped = True
+                    stop.set()
+
+        threads = [threading.Thread(target=worker, daemon=True)
+                   for _ in range(min(cell.concurrency, len(indices)))]
+        for t in threads:
+            t.start()
+        try:
+            for t in threads:
+                t.join()
+        finally:
+            stop.set()
+        if errors:
+            index, exc = errors[0]
+            what = f"request {index} of {cell.label} c={cell.concurrency}"
+            if server is None:
+                raise ReproError(f"{what} failed: {exc}")
+            code = server.wait_exit(5.0)
+            if code is not None:
+                raise server.failure(f"exited with code {code} during {what}")
+            raise server.failure(f"failed {what}: {exc}")
+
+
+def _payload_builder(prompt_set: PromptSet, profile: Profile, root: Path,
+                     args: argparse.Namespace) -> Callable[[int, float], dict[str, Any]]:
+    needs_vocab = profile.tokenizer == "none" and any(p.ids is None for p in prompt_set.prompts)
+    vocab = vocab_size(model_path(profile.model, root)) if needs_vocab else None
+    inputs = [request_input(p, tokenizer=profile.tokenizer, vocab_size=vocab,
+                            max_tokens=args.max_prompt_tokens) for p in prompt_set.prompts]
+
+    def payload(index: int, temperature: float, max_new: int = args.max_new_tokens) -> dict[str, Any]:
+        return {**inputs[index % len(inputs)], "sampling_params": {
+            "temperature": temperature, "max_new_tokens": max_new, "ignore_eos": True}}
+    return payload
+
+
+def _run_record(session: str, profiles: list[Profile]) -> dict[str, Any]:
+    """Where the numbers come from: stack fingerprint, GPU topology, the profiles as run."""
+    from repro.stack import fingerprint
+
+    stack = fingerprint()
+    text, why = gpuinfo.run_tool(["nvidia-smi", "topo", "-m"])
+    if text is None:
+        topology: dict[str, Any] = {"error": why}
+    else:
+        links = gpuinfo.parse_topology(text)
+        topology = {"interconnect": gpuinfo.interconnect(links, len(stack.get("gpus") or [])),
+                    "links": {f"{i}-{j}": link for (i, j), link in sorted(links.items())}}
+    return {"kind": "run", "session": session, "time": time.time(), "argv": sys.argv[1:],
+            "fingerprint": stack, "topology": topology,
+            "profiles": {p.name: p.to_dict() for p in profiles}}
+
+
+def main(args: argparse.Namespace) -> int:
+    _check(args)
+    known = load_profiles(args.profile_file)
+    missing = [name for name in args.profiles if name not in known]
+    if missing:
+        raise UsageError(f"PROFILE must be one of {', '.join(known)} (got {missing[0]!r})")
+    profiles = [known[name] for name in args.profiles]
+    root = models_dir(args.models_dir)
+    prompt_set = load_prompts(args.prompts)
+    writer = ResultsWriter(args.output, resume=args.resume)
+    done = finished(read_records(args.output))
+    if args.url:
+        total, already = len(args.concurrency) * len(args.temperatures) * args.num_prompts, 0
+        plan = []
+    else:
+        plan = [(v, _cells(v, prompt_set, args)) for p in profiles
+                for v in _variants(p, args.algorithms, args.budgets)]
+        work = [(c.key, i) for _, cells in plan for c in cells for i in range(args.num_prompts)]
+        total, already = len(work), sum(1 for w in work if w in done)
+    session = uuid.uuid4().hex
+    deadline = time.monotonic() + args.time_limit if args.time_limit else None
+    runner = Runner(writer, session, Progress(total, already), deadline)
+    try:
+        with sigterm_as_interrupt():
+            writer.append(_run_record(session, profiles))
+            if args.url:
+                _bench_url(runner, profiles[0], root, prompt_set, args, done)
+            for variant, cells in plan:
+                todo = {c: [i for i in range(args.num_prompts) if (c.key, i) not in done]
+                        for c in cells}
+                if not any(todo.values()):
+                    continue
+                if runner.out_of_time():
+                    runner.stopped = True
+                if runner.stopped:
+                    break
+                _bench_server(runner, variant, root, prompt_set, args, todo)
+    finally:
+        runner.progress.close()
+        writer.close()
+    print(format_table(HEADERS, table_rows(summarize(read_records(args.output))), markdown=False))
+    print(f"results: {args.output}")
+    if runner.stopped:
+        print(f"repro bench: stopped at --time-limit {args.time_limit:g} s; rerun the same command "
+              f"with --resume to finish", file=sys.stderr)
+        return INCOMPLETE
+    return 0
+
+
+def _cells(profile: Profile, prompt_set: PromptSet, args: argparse.Namespace) -> list[Cell]:
+    return [Cell(profile.name, profile.algorithm, profile.budget, c, t, prompt_set.name,
+                 args.max_new_tokens) for t in args.temperatures for c in args.concurrency]
+
+
+def _warm_up(client: Client, payload: Callable[..., dict[str, Any]], count: int) -> None:
+    for i in range(count):
+        client.generate(payload(i, 0.0, 16))
+
+
+def _bench_server(runner: Runner, profile: Profile, root: Path, prompt_set: PromptSet,
+                  args: argparse.Namespace, todo: dict[Cell, list[int]]) -> None:
+    payload = _payload_builder(prompt_set, profile, root, args)
+    slug = profile.label.replace(" ", "-").replace("=", "")
+    log = args.log_dir / f"{profile.name}-{slug}-{runner.session[:8]}.log"
+    server = SGLangServer(profile, port=args.port or free_port(), models_root=root, log_path=log)
+    server.client.timeout = args.request_timeout
+    print(f"bench: starting {profile.name} ({profile.label}), log {log}", file=sys.stderr)
+    with server:
+        took = server.wait_healthy(args.start_timeout or profile.start_timeout)
+        runner.writer.append({"kind": "server", "session": runner.session, "profile": profile.name,
+                              "label": profile.label, "start_s": took,
+                              "server_info": server.client.server_info()})
+        try:
+            _warm_up(server.client, payload, args.warmup)
+        except ReproError as exc:
+            raise server.failure(f"failed its warm-up request: {exc}") from None
+        for cell, indices in todo.items():
+            if indices and not runner.stopped:
+                runner.run_cell(server.client, cell, indices, payload, server)
+
+
+def _bench_url(runner: Runner, profile: Profile, root: Path, prompt_set: PromptSet,
+               args: argparse.Namespace, done: set[tuple[str, int]]) -> None:
+    client = Client(args.url, timeout=args.request_timeout)
+    info = client.server_info()
+    profile = _from_server_info(profile, info)
+    runner.writer.append({"kind": "server", "session": runner.session, "profile": profile.name,
+                          "label": profile.label, "start_s": None, "server_info": info})
+    payload = _payload_builder(prompt_set, profile, root, args)
+    _warm_up(client, payload, args.warmup)
+    for cell in _cells(profile, prompt_set, args):
+        indices = [i for i in range(args.num_prompts) if (cell.key, i) not in done]
+        if indices and not runner.stopped:
+            runner.run_cell(client, cell, indices, payload, None)

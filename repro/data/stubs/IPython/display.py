@@ -1,0 +1,9 @@
+"""The two names sglang imports from ``IPython.display``; calling either says IPython is absent."""
+
+
+def _unavailable(*args: object, **kwargs: object) -> None:
+    raise RuntimeError("IPython is a stub in this install (repro install-offline): install IPython")
+
+
+HTML = _unavailable
+display = _unavailable

@@ -1,0 +1,172 @@
+"""Fused top-K + logsumexp of drafter logits: one read of the logits, exact tie order.
+
+``topk_lse(x [..., V], k, id_offset=0) -> (logits [..., k] float32, ids [..., k] int64, lse [...]
+float32)``. Per row, tokens are ordered by ``float32(x)`` descending, equal values by ascending
+token id (``torch.sort(x.float(), descending=True, stable=True)``); the first ``k`` are returned,
+their ids as ``local id + id_offset``. ``lse`` is the logsumexp of the whole row in float32
+(log-prob = logit - lse); it differs from ``torch.logsumexp(x.float(), -1)`` by a few float32 ulps
+(the kernel sums ``exp2`` terms in a different order; see ``LSE_RTOL``).
+
+Vocab shards (tensor parallel): call it on each rank's slice with ``id_offset`` = the shard start;
+the ids are global, so ``repro.ddtree.merge_topk`` combines the shards' (logits, ids, lse).
+
+The caller rejects NaN and +inf (``repro.ddtree.build_trees(check_finite=True)``); the kernel does
+not check. Triton is imported on the first call, so CPU-only installs import this module freely.
+Under ``TRITON_INTERPRET=1`` it also runs on CPU tensors (slowly; small shapes only).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+MAX_K = 1024
+"""Largest supported k (the candidate sort holds 2 * next_pow2(k) int64 keys per row)."""
+
+LSE_RTOL = 4e-6
+"""Documented bound on |lse - torch.logsumexp(x.float())| / max(1, |lse|) (a few float32 ulps)."""
+
+_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+_MIN_CAP = 128
+
+
+@dataclasses.dataclass(frozen=True)
+class TopKConfig:
+    """Kernel tunables; ``verify/bench/bench_topk.py --sweep`` measures alternatives."""
+
+    tile: int = 4096  # tokens per stream-kernel step (power of two, >= group)
+    programs: int = 1024  # target stream-kernel programs (rows x splits): fills the GPU at bs 1
+    stream_warps: int = 8
+    select_warps: int = 4
+    group: int = 0  # tokens per group key; 0 = auto (32, smaller when V is small against k)
+    cap_mult: int = 2  # candidate buffer = max(cap_mult * next_pow2(k), 128) keys per row
+    gather: int = 2048  # tokens per candidate-gather step of the select kernel
+    scan_block: int = 8192  # group keys the select kernel holds in registers (power of two)
+
+    def __post_init__(self) -> None:
+        for name in ("tile", "scan_block", "gather"):
+            value = getattr(self, name)
+            if value < 1 or value & (value - 1):
+                raise ValueError(f"TopKConfig.{name} must be a power of two (got {value})")
+        if self.group < 0 or self.group & (self.group - 1):
+            raise ValueError(f"TopKConfig.group must be 0 or a power of two (got {self.group})")
+        if self.cap_mult not in (2, 4, 8):
+            raise ValueError(f"TopKConfig.cap_mult must be 2, 4 or 8 (got {self.cap_mult})")
+        for name in ("stream_warps", "select_warps"):
+            if getattr(self, name) not in (1, 2, 4, 8, 16):
+                raise ValueError(f"TopKConfig.{name} must be 1, 2, 4, 8 or 16 (got {getattr(self, name)})")
+        if self.programs < 1:
+            raise ValueError(f"TopKConfig.programs must be >= 1 (got {self.programs})")
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """Launch geometry for one (rows, vocab, k) under a config."""
+
+    rows: int
+    vocab: int
+    k: int
+    group: int  # G: tokens per group key
+    groups: int  # M = ceil(V / G)
+    tile: int  # tokens per stream step
+    splits: int  # S: stream programs per row
+    chunk: int  # tokens per stream program (multiple of tile)
+    k_pow2: int  # K_P
+    cap: int  # candidate keys per row before the slow path
+    gather_groups: int  # GT: groups per gather step
+    scan_block: int  # MB
+    stream_warps: int
+    select_warps: int
+
+
+def _pow2_ceil(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
+
+
+def _pow2_floor(n: int) -> int:
+    return 1 << (max(1, n).bit_length() - 1)
+
+
+def make_plan(rows: int, vocab: int, k: int, config: TopKConfig) -> Plan:
+    """Pick group size, splits and buffer sizes (pure Python, no device work)."""
+    k_pow2 = _pow2_ceil(k)
+    group = config.group or min(32, _pow2_floor(vocab // (4 * k_pow2)))
+    groups = -(-vocab // group)
+    tile = max(group, min(config.tile, _pow2_ceil(vocab)))
+    steps = -(-vocab // tile)
+    splits = min(steps, max(1, -(-config.programs // max(rows, 1))))
+    chunk = -(-steps // splits) * tile
+    return Plan(
+        rows=rows,
+        vocab=vocab,
+        k=k,
+        group=group,
+        groups=groups,
+        tile=tile,
+        splits=-(-vocab // chunk),
+        chunk=chunk,
+        k_pow2=k_pow2,
+        cap=max(config.cap_mult * k_pow2, _MIN_CAP),
+        gather_groups=max(1, config.gather // group),
+        scan_block=min(config.scan_block, _pow2_ceil(groups)),
+        stream_warps=config.stream_warps,
+        select_warps=config.select_warps,
+    )
+
+
+def _check_args(x: torch.Tensor, k: int, id_offset: int) -> None:
+    if not isinstance(x, torch.Tensor) or x.dim() < 1:
+        raise ValueError(f"topk_lse: x must be a tensor [..., V] (got {type(x).__name__} "
+                         f"with shape {tuple(getattr(x, 'shape', ()))})")
+    if x.dtype not in _DTYPES:
+        raise ValueError(f"topk_lse: x.dtype must be bfloat16, float16 or float32 (got {x.dtype})")
+    vocab = x.shape[-1]
+    if not 1 <= vocab < 2**31:
+        raise ValueError(f"topk_lse: vocab size x.shape[-1] must be in [1, 2**31) (got {vocab})")
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= min(vocab, MAX_K):
+        raise ValueError(f"topk_lse: k must be an int in [1, min(V, {MAX_K})] with V={vocab} (got {k!r})")
+    if isinstance(id_offset, bool) or not isinstance(id_offset, int) or id_offset < 0:
+        raise ValueError(f"topk_lse: id_offset must be an int >= 0 (got {id_offset!r})")
+
+
+def topk_lse(
+    x: torch.Tensor, k: int, id_offset: int = 0, *, config: TopKConfig | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Top-``k`` logits, their token ids and the row logsumexp of ``x`` [..., V] (module docstring).
+
+    Returns ``logits [..., k] float32`` (descending), ``ids [..., k] int64`` (``local + id_offset``)
+    and ``lse [...] float32``, on ``x``'s device. No host synchronisation; CUDA-graph capturable.
+    A last dimension that is not contiguous is copied first.
+    """
+    _check_args(x, k, id_offset)
+    from repro.kernels import _topk_lse_triton as kern
+
+    if x.device.type != "cuda" and not kern.INTERPRET:
+        raise ValueError(f"topk_lse: x must be a CUDA tensor (got device {x.device}; "
+                         "CPU runs only under TRITON_INTERPRET=1)")
+    lead, vocab = x.shape[:-1], x.shape[-1]
+    x2 = x.reshape(-1, vocab)
+    if x2.stride(-1) != 1:
+        x2 = x2.contiguous()
+    p = make_plan(x2.shape[0], vocab, k, config or TopKConfig())
+    dev = x.device
+    logits = torch.empty((p.rows, k), dtype=torch.float32, device=dev)
+    ids = torch.empty((p.rows, k), dtype=torch.int64, device=dev)
+    lse = torch.empty((p.rows,), dtype=torch.float32, device=dev)
+    if p.rows:
+        gkeys = torch.empty((p.rows, p.groups), dtype=torch.int16, device=dev)
+        parts = torch.empty((p.rows, p.splits, 2), dtype=torch.float32, device=dev)
+        gidx = torch.empty((p.rows, p.cap), dtype=torch.int32, device=dev)
+        cand = torch.empty((p.rows, p.cap), dtype=torch.int64, device=dev)
+        kern.stream_kernel[(p.rows, p.splits)](
+            x2, x2.stride(0), vocab, p.groups, p.chunk, p.splits, gkeys, parts,
+            TG=p.tile // p.group, G=p.group, num_warps=p.stream_warps,
+        )
+        kern.select_kernel[(p.rows,)](
+            x2, x2.stride(0), vocab, p.groups, p.splits, k, id_offset,
+            gkeys, parts, gidx, cand, logits, ids, lse,
+            S_P=_pow2_ceil(p.splits), MB=p.scan_block, G=p.group, GT=p.gather_groups,
+            K_P=p.k_pow2, CAP=p.cap, num_warps=p.select_warps,
+        )
+    return logits.view(*lead, k), ids.view(*lead, k), lse.view(lead)

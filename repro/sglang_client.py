@@ -1,0 +1,136 @@
+"""A small HTTP client for SGLang's native API: ``/health``, ``/server_info``, streamed ``/generate``.
+
+Standard library only (the GPU host has no `requests` guarantee) and loopback only: it never reads
+proxy settings. A streamed ``/generate`` answers Server-Sent Events, ``data: {json}`` per decode
+step then ``data: [DONE]``; every event's ``meta_info.completion_tokens`` is cumulative, so timing
+uses it rather than the ids (which are cumulative or incremental depending on server flags).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from repro.errors import ReproError
+
+_NET_ERRORS = (OSError, http.client.HTTPException)
+
+
+@dataclass
+class Completion:
+    """Timing and counters of one streamed request (times in seconds)."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    spec_verify_ct: int | None  # decode verify rounds; None on a non-speculative server
+    ttft_s: float
+    latency_s: float
+    chunks: list[tuple[float, int]] = field(default_factory=list)  # (gap since previous, new tokens)
+    finish_reason: str | None = None
+
+    @property
+    def tau(self) -> float | None:
+        """Tokens per verify round, bonus included (SGLang's ``spec_accept_length``)."""
+        if not self.spec_verify_ct:
+            return None
+        return self.completion_tokens / self.spec_verify_ct
+
+
+class Client:
+    """One SGLang server at ``url`` (``http://127.0.0.1:PORT``)."""
+
+    def __init__(self, url: str, timeout: float = 600.0) -> None:
+        parts = urlsplit(url)
+        if parts.scheme != "http" or not parts.hostname or not parts.port:
+            raise ValueError(f"url must look like http://127.0.0.1:PORT (got {url!r})")
+        self.url, self.host, self.port, self.timeout = url, parts.hostname, parts.port, timeout
+
+    def _connect(self, timeout: float | None = None) -> http.client.HTTPConnection:
+        return http.client.HTTPConnection(self.host, self.port, timeout=timeout or self.timeout)
+
+    def _get(self, path: str, timeout: float) -> tuple[int, bytes]:
+        conn = self._connect(timeout)
+        try:
+            conn.request("GET", path)
+            resp = conn.getresponse()
+            return resp.status, resp.read()
+        finally:
+            conn.close()
+
+    def healthy(self, timeout: float = 30.0) -> bool:
+        """True once ``/health`` answers 200 (503 while starting, refused before listening)."""
+        try:
+            return self._get("/health", timeout)[0] == 200
+        except _NET_ERRORS:
+            return False
+
+    def server_info(self, timeout: float = 30.0) -> dict[str, Any]:
+        """``/server_info`` (server args, scheduler info, internal states, version)."""
+        try:
+            status, body = self._get("/server_info", timeout)
+            if status == 404:
+                status, body = self._get("/get_server_info", timeout)
+        except _NET_ERRORS as exc:
+            raise ReproError(f"GET {self.url}/server_info failed: {exc}") from None
+        if status != 200:
+            raise ReproError(f"GET {self.url}/server_info returned HTTP {status}: {body[:200]!r}")
+        return json.loads(body)
+
+    def generate(self, payload: dict[str, Any]) -> Completion:
+        """Send one streamed ``/generate`` request and time it; any failure is a ReproError."""
+        body = json.dumps({**payload, "stream": True}).encode()
+        conn = self._connect()
+        start = time.perf_counter()
+        try:
+            conn.request("POST", "/generate", body, {"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            if resp.status != 200:
+                raise ReproError(f"POST {self.url}/generate returned HTTP {resp.status}: "
+                                 f"{resp.read(300)!r}")
+            return _read_stream(resp, start)
+        except _NET_ERRORS as exc:
+            raise ReproError(f"POST {self.url}/generate failed: {type(exc).__name__}: {exc}") from None
+        finally:
+            conn.close()
+
+
+def _read_stream(resp: http.client.HTTPResponse, start: float) -> Completion:
+    """Fold the event stream into a :class:`Completion`."""
+    meta: dict[str, Any] = {}
+    tokens, ttft, last = 0, None, start
+    chunks: list[tuple[float, int]] = []
+    while True:
+        line = resp.readline()
+        if not line:
+            raise ReproError("the /generate stream ended before [DONE] (did the server die?)")
+        line = line.strip()
+        if not line.startswith(b"data:"):
+            continue
+        data = line[5:].strip()
+        if data == b"[DONE]":
+            break
+        event = json.loads(data)
+        if "error" in event:
+            raise ReproError(f"/generate answered an error: {event['error']}")
+        meta = event.get("meta_info") or {}
+        count = int(meta.get("completion_tokens", tokens))
+        if count > tokens:
+            now = time.perf_counter()
+            if ttft is None:
+                ttft = now - start
+            else:
+                chunks.append((now - last, count - tokens))
+            tokens, last = count, now
+    if ttft is None:
+        raise ReproError("/generate finished without emitting a token")
+    finish = meta.get("finish_reason")
+    return Completion(
+        prompt_tokens=int(meta.get("prompt_tokens", 0)), completion_tokens=tokens,
+        spec_verify_ct=int(meta["spec_verify_ct"]) if meta.get("spec_verify_ct") else None,
+        ttft_s=ttft, latency_s=last - start, chunks=chunks,
+        finish_reason=finish.get("type") if isinstance(finish, dict) else finish,
+    )

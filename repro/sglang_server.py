@@ -1,0 +1,217 @@
+"""Start, watch and stop one SGLang server for a profile (used by `repro serve` and `repro bench`).
+
+The server runs ``python -m sglang.launch_server`` in its own process group (so stopping it also
+stops its scheduler and detokenizer processes), listens on 127.0.0.1 only, and writes its output
+to a log file. Every failure names the log and quotes its last lines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import deque
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from repro.errors import ReproError, UsageError
+from repro.profiles import Profile, model_path
+from repro.sglang_client import Client
+
+HOST = "127.0.0.1"
+TAIL_LINES = 25
+
+
+def _flag(key: str, value: Any) -> list[str]:
+    if value is True:
+        return [f"--{key}"]
+    if value is False:
+        return []
+    values = value if isinstance(value, list) else [value]
+    return [f"--{key}", *(str(v) for v in values)]
+
+
+def server_argv(profile: Profile, port: int, models_root: Path,
+                python: str = sys.executable) -> list[str]:
+    """The full command line that serves ``profile`` on 127.0.0.1:``port``."""
+    argv = [python, "-m", profile.launch_module,
+            "--model-path", str(model_path(profile.model, models_root)),
+            "--host", HOST, "--port", str(port), "--tp-size", str(profile.tp),
+            "--attention-backend", profile.attention_backend]
+    if profile.ep > 1:
+        argv += ["--ep-size", str(profile.ep)]
+    if profile.moe_a2a_backend != "none":
+        argv += ["--moe-a2a-backend", profile.moe_a2a_backend]
+    if profile.algorithm != "AR":
+        assert profile.drafter, "validated by repro.profiles"
+        argv += ["--speculative-algorithm", profile.algorithm,
+                 "--speculative-draft-model-path", str(model_path(profile.drafter, models_root)),
+                 "--speculative-draft-attention-backend", profile.draft_attention_backend]
+    if profile.algorithm == "DDTREE":
+        argv += ["--speculative-ddtree-budget", str(profile.budget)]
+    if profile.cuda_graph_bs:
+        argv += ["--cuda-graph-backend-decode", "full",
+                 "--cuda-graph-bs-decode", *(str(b) for b in profile.cuda_graph_bs)]
+    else:
+        argv += ["--cuda-graph-backend-decode", "disabled"]
+    if profile.tokenizer == "none":
+        argv += ["--skip-tokenizer-init"]
+    if profile.load_format != "auto":
+        argv += ["--load-format", profile.load_format]
+        if profile.algorithm != "AR":
+            argv += ["--speculative-draft-load-format", profile.load_format]
+    for key, value in profile.sglang.items():
+        argv += _flag(key, value)
+    return argv
+
+
+def check_models(profile: Profile, models_root: Path) -> None:
+    """Raise a UsageError naming the first model directory of ``profile`` that does not exist."""
+    needed = [("model", profile.model)]
+    if profile.algorithm != "AR" and profile.drafter:
+        needed.append(("drafter", profile.drafter))
+    for key, value in needed:
+        path = model_path(value, models_root)
+        if not path.is_dir():
+            raise UsageError(f"profile {profile.name!r}: {key} directory {path} does not exist "
+                             f"(set --models-dir or $REPRO_MODELS_DIR)")
+
+
+def port_is_free(port: int) -> bool:
+    """True when nothing listens on (or holds) 127.0.0.1:``port``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((HOST, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def log_tail(path: Path, lines: int = TAIL_LINES) -> str:
+    """The last ``lines`` non-empty lines of ``path``, indented, or a note if there are none."""
+    try:
+        with open(path, errors="replace") as f:
+            tail = deque((ln.rstrip() for ln in f if ln.strip()), maxlen=lines)
+    except OSError:
+        return "  (no log was written)"
+    return "\n".join(f"  | {ln}" for ln in tail) or "  (the log is empty)"
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Treat SIGTERM like Ctrl-C inside the block, so servers are stopped on both."""
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _die_with_parent() -> None:
+    """In the child: get SIGTERM if the launching process dies (Linux), so no server is orphaned."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+class SGLangServer:
+    """One server process; use as a context manager so it is always stopped."""
+
+    def __init__(self, profile: Profile, *, port: int, models_root: Path, log_path: Path,
+                 stop_grace: float = 30.0) -> None:
+        self.profile, self.port, self.models_root = profile, port, models_root
+        self.log_path, self.stop_grace = log_path, stop_grace
+        self.client = Client(f"http://{HOST}:{port}")
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return self.client.url
+
+    def start(self) -> None:
+        """Check models and port, then launch the server in a new process group."""
+        check_models(self.profile, self.models_root)
+        if not port_is_free(self.port):
+            raise UsageError(f"port {HOST}:{self.port} is already in use "
+                             f"(pass --port with a free one, or stop what holds it)")
+        argv = server_argv(self.profile, self.port, self.models_root)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "wb") as log:
+            log.write(("$ " + " ".join(argv) + "\n").encode())
+            log.flush()
+            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=subprocess.STDOUT, start_new_session=True,
+                                         preexec_fn=_die_with_parent)
+
+    def failure(self, what: str) -> ReproError:
+        """An error saying ``what`` happened, with the server log's last lines."""
+        return ReproError(f"SGLang server for {self.profile.name} ({self.profile.label}) {what}; "
+                          f"last lines of {self.log_path}:\n{log_tail(self.log_path)}")
+
+    def check_alive(self) -> None:
+        """Raise (with the log tail) if the server process has exited."""
+        assert self.proc is not None, "start() first"
+        code = self.proc.poll()
+        if code is not None:
+            raise self.failure(f"exited with code {code}")
+
+    def wait_exit(self, timeout: float) -> int | None:
+        """The exit code if the process ends within ``timeout`` seconds, else None."""
+        assert self.proc is not None, "start() first"
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def wait_healthy(self, timeout: float, poll: float = 1.0) -> float:
+        """Block until ``/health`` answers 200; return the seconds it took."""
+        start = time.monotonic()
+        while True:
+            self.check_alive()
+            if self.client.healthy(timeout=max(poll, 5.0)):
+                return time.monotonic() - start
+            if time.monotonic() - start > timeout:
+                raise self.failure(f"was not healthy after {timeout:.0f} s (raise the profile's "
+                                   f"start-timeout or --start-timeout)")
+            time.sleep(poll)
+
+    def stop(self) -> int | None:
+        """SIGTERM the process group, SIGKILL it after the grace period; return the exit code."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self._signal_group(signal.SIGTERM)
+            try:
+                self.proc.wait(self.stop_grace)
+            except subprocess.TimeoutExpired:
+                self._signal_group(signal.SIGKILL)
+                self.proc.wait()
+        self._signal_group(signal.SIGKILL)  # stragglers of the group, if any
+        return self.proc.returncode
+
+    def _signal_group(self, sig: signal.Signals) -> None:
+        assert self.proc is not None
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, sig)
+
+    def __enter__(self) -> SGLangServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,232 @@
+"""Test models the project makes itself: configs and safetensors written by this module.
+
+*Planted* Qwen3 target: its greedy next token is a known function of the context with large
+logit margins, so token-for-token equality tests are meaningful in bf16 (random weights give
+near-ties, see device-notes). Construction, by setting weights directly:
+
+- token ``t`` embeds as the one-hot vector of coordinate ``t mod H`` (``H`` = hidden size);
+- every attention ``o_proj`` and MLP ``down_proj`` is zero, so the residual stream carries the
+  embedding unchanged and the final RMSNorm turns it into ``sqrt(H)`` times that one-hot;
+- ``lm_head`` row ``u < H`` puts ``LOGITS[k] / sqrt(H)`` at coordinate ``c`` when
+  ``u = ranked[k][c]``: after context token ``t`` the logits are exactly ``LOGITS[k]`` for
+  ``ranked[k][t mod H]`` (k = 0, 1, 2) and 0 for every other token (rows ``u >= H`` are zero).
+
+So greedy decoding follows ``successor[t] = ranked[0][t mod H]`` with a margin of
+``LOGITS[0] - LOGITS[1]`` logits, and sampling at temperature T draws from the three ranked
+tokens (plus a tiny uniform tail) with exactly computable probabilities. The model is
+deliberately blind to attention (a bigram); the random-weight target below is the one whose
+outputs depend on the whole context (attention masks, KV commit), compared up to bf16 ties.
+
+Also written: a *random* Qwen3 target (N(0, 0.02), lm_head N(0, 0.1)), a DFlash drafter with
+random weights, and the drafter test-hook file (repro.sglang_glue.test_hook).
+
+Usage: ``python -m repro.testmodels OUT_DIR`` writes ``planted/``, ``random/``, ``dflash/`` and
+``hook.json`` under OUT_DIR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+import torch
+
+LOGITS = (16.0, 15.0, 14.0)  # rank-0/1/2 logits of the planted target
+RANK_OFFSETS = (0, 17, 34)  # ranked[k][c] = perm[(c + offset_k) mod H]: distinct per context
+DEFAULT_RANK_PROBS = (0.6, 0.2, 0.1)  # hook: P(correct token at rank j), absent otherwise
+
+QWEN3 = {
+    "architectures": ["Qwen3ForCausalLM"],
+    "model_type": "qwen3",
+    "hidden_size": 512,
+    "intermediate_size": 1408,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "vocab_size": 4096,
+    "max_position_embeddings": 4096,
+    "rms_norm_eps": 1e-06,
+    "rope_theta": 1000000.0,
+    "hidden_act": "silu",
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "tie_word_embeddings": False,
+    "use_sliding_window": False,
+    "sliding_window": None,
+    "max_window_layers": 4,
+    "initializer_range": 0.02,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "use_cache": True,
+    "torch_dtype": "bfloat16",
+}
+
+DFLASH = {
+    **QWEN3,
+    "architectures": ["DFlashDraftModel"],
+    "num_hidden_layers": 2,
+    "max_window_layers": 2,
+    "block_size": 16,
+    "num_target_layers": 4,
+    "dflash_config": {"mask_token_id": 4095, "target_layer_ids": [0, 2]},
+}
+
+
+def _normal(gen: torch.Generator, *shape: int, std: float) -> torch.Tensor:
+    return torch.randn(*shape, generator=gen) * std
+
+
+def _layer(prefix: str, cfg: dict, gen: torch.Generator, *, inert: bool) -> dict[str, torch.Tensor]:
+    """Weights of one Qwen3 decoder layer; ``inert`` zeroes the two output projections."""
+    hid, inter = cfg["hidden_size"], cfg["intermediate_size"]
+    heads, kv, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+    out = {
+        f"{prefix}.self_attn.q_proj.weight": _normal(gen, heads * hd, hid, std=0.02),
+        f"{prefix}.self_attn.k_proj.weight": _normal(gen, kv * hd, hid, std=0.02),
+        f"{prefix}.self_attn.v_proj.weight": _normal(gen, kv * hd, hid, std=0.02),
+        f"{prefix}.self_attn.o_proj.weight": _normal(gen, hid, heads * hd, std=0.02),
+        f"{prefix}.self_attn.q_norm.weight": torch.ones(hd),
+        f"{prefix}.self_attn.k_norm.weight": torch.ones(hd),
+        f"{prefix}.mlp.gate_proj.weight": _normal(gen, inter, hid, std=0.02),
+        f"{prefix}.mlp.up_proj.weight": _normal(gen, inter, hid, std=0.02),
+        f"{prefix}.mlp.down_proj.weight": _normal(gen, hid, inter, std=0.02),
+        f"{prefix}.input_layernorm.weight": torch.ones(hid),
+        f"{prefix}.post_attention_layernorm.weight": torch.ones(hid),
+    }
+    if inert:
+        out[f"{prefix}.self_attn.o_proj.weight"].zero_()
+        out[f"{prefix}.mlp.down_proj.weight"].zero_()
+    return out
+
+
+def _save(out_dir: Path, cfg: dict, tensors: dict[str, torch.Tensor]) -> None:
+    from safetensors.torch import save_file
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    bf16 = {k: v.to(torch.bfloat16).contiguous() for k, v in tensors.items()}
+    save_file(bf16, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
+
+
+def planted_ranked(hidden: int, seed: int) -> list[list[int]]:
+    """ranked[k][c]: the rank-k next token after any context token t with t mod H == c."""
+    perm = torch.randperm(hidden, generator=torch.Generator().manual_seed(seed)).tolist()
+    return [[perm[(c + off) % hidden] for c in range(hidden)] for off in RANK_OFFSETS]
+
+
+def successor_table(ranked: list[list[int]], vocab: int) -> list[int]:
+    """successor[t] for every token t: the planted target's greedy next token."""
+    hidden = len(ranked[0])
+    return [ranked[0][t % hidden] for t in range(vocab)]
+
+
+def write_planted(out_dir: Path, *, seed: int = 0, cfg: dict = QWEN3) -> dict:
+    """Write the planted target; return its ``planted.json`` content (ranked tokens, logits)."""
+    hid, vocab = cfg["hidden_size"], cfg["vocab_size"]
+    gen = torch.Generator().manual_seed(seed)
+    ranked = planted_ranked(hid, seed)
+    embed = torch.zeros(vocab, hid)
+    embed[torch.arange(vocab), torch.arange(vocab) % hid] = 1.0
+    head = torch.zeros(vocab, hid)
+    scale = math.sqrt(hid)
+    for k, logit in enumerate(LOGITS):
+        head[torch.tensor(ranked[k]), torch.arange(hid)] = logit / scale
+    tensors = {"model.embed_tokens.weight": embed, "model.norm.weight": torch.ones(hid), "lm_head.weight": head}
+    for i in range(cfg["num_hidden_layers"]):
+        tensors.update(_layer(f"model.layers.{i}", cfg, gen, inert=True))
+    _save(out_dir, cfg, tensors)
+    # the logits the served model really produces: bf16 RMSNorm output times bf16 head rows
+    h = torch.tensor(scale).to(torch.bfloat16)
+    served = [float((h * (torch.tensor(lg / scale).to(torch.bfloat16))).to(torch.bfloat16)) for lg in LOGITS]
+    info = {"ranked": ranked, "logits": served, "vocab_size": vocab, "hidden_size": hid}
+    (out_dir / "planted.json").write_text(json.dumps(info) + "\n")
+    return info
+
+
+def write_random(out_dir: Path, *, seed: int = 1, cfg: dict = QWEN3) -> None:
+    """A random-weight target: context-dependent outputs, bf16 near-ties every ~10 tokens."""
+    hid, vocab = cfg["hidden_size"], cfg["vocab_size"]
+    gen = torch.Generator().manual_seed(seed)
+    tensors = {
+        "model.embed_tokens.weight": _normal(gen, vocab, hid, std=0.02),
+        "model.norm.weight": torch.ones(hid),
+        "lm_head.weight": _normal(gen, vocab, hid, std=0.1),
+    }
+    for i in range(cfg["num_hidden_layers"]):
+        tensors.update(_layer(f"model.layers.{i}", cfg, gen, inert=False))
+    _save(out_dir, cfg, tensors)
+
+
+def write_drafter(out_dir: Path, *, seed: int = 2, cfg: dict = DFLASH) -> None:
+    """A DFlash drafter with random weights (no embedding or LM head: it borrows the target's)."""
+    hid = cfg["hidden_size"]
+    gen = torch.Generator().manual_seed(seed)
+    n_ctx = len(cfg["dflash_config"]["target_layer_ids"])
+    tensors = {
+        "norm.weight": torch.ones(hid),
+        "fc.weight": _normal(gen, hid, n_ctx * hid, std=0.02),
+        "hidden_norm.weight": torch.ones(hid),
+    }
+    for i in range(cfg["num_hidden_layers"]):
+        tensors.update(_layer(f"layers.{i}", cfg, gen, inert=False))
+    _save(out_dir, cfg, tensors)
+
+
+def write_hook(path: Path, planted: dict, *, rank_probs=DEFAULT_RANK_PROBS, seed: int = 0) -> None:
+    """The drafter test-hook file for the planted target (format: repro.sglang_glue.test_hook)."""
+    spec = {
+        "successor": successor_table(planted["ranked"], planted["vocab_size"]),
+        "rank_probs": list(rank_probs),
+        "seed": seed,
+    }
+    path.write_text(json.dumps(spec) + "\n")
+
+
+def greedy_continuation(planted: dict, last_token: int, n: int) -> list[int]:
+    """The planted target's greedy output of ``n`` tokens after a prompt ending in ``last_token``."""
+    succ = successor_table(planted["ranked"], planted["vocab_size"])
+    out, t = [], last_token
+    for _ in range(n):
+        t = succ[t]
+        out.append(t)
+    return out
+
+
+def next_token_probs(planted: dict, last_token: int, temperature: float) -> dict[int, float]:
+    """Exact next-token distribution after ``last_token`` at ``temperature`` > 0 (no top-k/p).
+
+    The three ranked tokens get their planted logits, every other token logit 0.
+    """
+    hid, vocab = planted["hidden_size"], planted["vocab_size"]
+    c = last_token % hid
+    weights = {planted["ranked"][k][c]: math.exp(lg / temperature) for k, lg in enumerate(planted["logits"])}
+    rest = (vocab - len(weights)) * 1.0  # exp(0 / T) for every other token
+    total = sum(weights.values()) + rest
+    return {tok: w / total for tok, w in weights.items()} | {-1: rest / total}  # -1: any other
+
+
+def write_all(out: Path, *, seed: int = 0) -> dict:
+    """Write planted/, random/, dflash/ and hook.json under ``out``; return planted.json's content."""
+    planted = write_planted(out / "planted", seed=seed)
+    write_random(out / "random", seed=seed + 1)
+    write_drafter(out / "dflash", seed=seed + 2)
+    write_hook(out / "hook.json", planted, seed=seed)
+    return planted
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m repro.testmodels OUT_DIR [--seed N]``."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    write_all(args.out, seed=args.seed)
+    print(f"wrote planted/, random/, dflash/, hook.json under {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

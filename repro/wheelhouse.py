@@ -1,0 +1,206 @@
+"""``repro wheelhouse --target smXX DIR``: an offline install set for an air-gapped GPU host.
+
+Downloads (with pip, into a cache) the cp312 manylinux wheels of ``[wheelhouse] serve`` in
+``stack.toml`` at the versions ``uv.lock`` pins, checks each wheel's sha256 against ``uv.lock``,
+unpacks each as a site tree (optionally trimmed to the target: only the ``sgl_kernel`` libraries the
+target loads, minus ``[wheelhouse] trim`` members) and packs it as a reproducible ``.tar.xz``, plus
+one archive of the stub packages in ``repro/data/stubs``. ``repro install-offline DIR`` installs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from repro import offline
+from repro.errors import ReproError, UsageError
+from repro.lockfile import UV_LOCK, LockedPackage, LockedWheel, load_lock, normalize
+from repro.stack import Stack, Target, load_stack
+
+STUBS_DIR = Path(__file__).parent / "data" / "stubs"
+STUBS_ARCHIVE = "serve-stubs.tar.xz"
+MIB = 1 << 20
+
+
+def _default_cache() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "repro" / "wheels"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``repro wheelhouse``."""
+    parser.add_argument("directory", type=Path, help="output directory (created, or updated in place)")
+    parser.add_argument("--target", required=True, help="SM target of stack.toml (sm90, sm100, sm120)")
+    parser.add_argument("--trim", action="store_true",
+                        help="keep only the sgl_kernel libraries the target loads; drop [wheelhouse] trim members")
+    parser.add_argument("--cache", type=Path, default=_default_cache(),
+                        help="download cache for wheels (default: %(default)s)")
+    parser.add_argument("--lock", type=Path, default=UV_LOCK, help="uv.lock with the sha256 of every wheel")
+    parser.add_argument("--max-mib", type=float, help="fail when the archives exceed this many MiB (64 = one device carry)")
+
+
+def drop_rule(stack: Stack, target: Target, trim: bool) -> Callable[[str], bool]:
+    """Which site-tree paths ``--trim`` leaves out: other sgl_kernel libraries and trim patterns."""
+    if not trim:
+        return lambda path: False
+    kernel_dirs = {lib.split("/", 1)[0] + "/" for lib in target.sgl_kernel_libs}
+
+    def drop(path: str) -> bool:
+        if any(fnmatch.fnmatch(path, pattern) for pattern in stack.wheelhouse.trim):
+            return True
+        is_library = path.endswith(".so") or ".so." in path.rsplit("/", 1)[-1]
+        return is_library and path.startswith(tuple(kernel_dirs)) and path not in target.sgl_kernel_libs
+
+    return drop
+
+
+def _candidates(package: LockedPackage, stack: Stack) -> list[LockedWheel]:
+    """The lock's wheels of a package that fit the host, best first."""
+    ranked = []
+    for wheel in package.wheels:
+        rank = offline.wheel_rank(wheel.filename, stack.python, stack.wheelhouse.manylinux)
+        if rank is not None:
+            ranked.append((rank, wheel.filename, wheel))
+    if not ranked:
+        raise ReproError(
+            f"uv.lock lists no cp{stack.python.replace('.', '')} manylinux_{stack.wheelhouse.manylinux} "
+            f"x86_64 wheel of {package.name} {package.version}"
+        )
+    return [wheel for _, _, wheel in sorted(ranked)]
+
+
+def _cached(package: LockedPackage, stack: Stack, cache: Path) -> LockedWheel | None:
+    return next((w for w in _candidates(package, stack) if (cache / w.filename).is_file()), None)
+
+
+def _download(packages: list[LockedPackage], stack: Stack, cache: Path) -> None:
+    """``pip download`` the exact locked files (pip checks the hashes too)."""
+    cache.mkdir(parents=True, exist_ok=True)
+    platforms = [t for t in offline.platform_tags(stack.wheelhouse.manylinux) if t != "any"]
+    with tempfile.NamedTemporaryFile("w", suffix=".txt") as requirements:
+        for package in packages:
+            hashes = " ".join(f"--hash=sha256:{w.sha256}" for w in _candidates(package, stack))
+            requirements.write(f"{package.name}=={package.version} {hashes}\n")
+        requirements.flush()
+        command = [
+            sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+            "--require-hashes", "--python-version", stack.python, "--implementation", "cp",
+            *(arg for tag in platforms for arg in ("--platform", tag)),
+            "--dest", str(cache), "--requirement", requirements.name,
+        ]
+        if subprocess.run(command).returncode != 0:
+            raise ReproError("pip download failed (its output is above)")
+
+
+def _verified_wheel(package: LockedPackage, stack: Stack, cache: Path) -> tuple[Path, str]:
+    wheel = _cached(package, stack, cache)
+    if wheel is None:
+        raise ReproError(f"no wheel of {package.name} {package.version} in {cache} after downloading")
+    path = cache / wheel.filename
+    digest = offline.sha256_file(path)
+    if digest != wheel.sha256:
+        raise ReproError(
+            f"{path} has sha256 {digest}, uv.lock says {wheel.sha256}: delete it and run again"
+        )
+    return path, digest
+
+
+def _pack_wheel(package: LockedPackage, wheel: Path, digest: str, out_dir: Path,
+                drop: Callable[[str], bool]) -> offline.Archive:
+    name = f"{normalize(package.name)}-{package.version}.tar.xz"
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            files, dropped = offline.unpack_wheel(wheel, Path(tmp), drop)
+        except ValueError as exc:
+            raise ReproError(str(exc)) from None
+        offline.write_archive(Path(tmp), files, out_dir / name)
+    out = out_dir / name
+    return offline.Archive(
+        archive=name, sha256=offline.sha256_file(out), bytes=out.stat().st_size,
+        distribution=package.name, version=package.version, wheel=wheel.name,
+        wheel_sha256=digest, dropped=dropped, files=files,
+    )
+
+
+def _pack_stubs(stack: Stack, out_dir: Path) -> offline.Archive:
+    with tempfile.TemporaryDirectory() as tmp:
+        files: dict[str, str] = {}
+        for stub in stack.wheelhouse.stubs:
+            if not (STUBS_DIR / stub).is_dir():
+                raise ReproError(f"stack.toml [wheelhouse] stubs lists {stub!r} but {STUBS_DIR / stub} is missing")
+            files |= {f"{stub}/{k}": v for k, v in offline.copy_tree(STUBS_DIR / stub, Path(tmp) / stub).items()}
+        offline.write_archive(Path(tmp), files, out_dir / STUBS_ARCHIVE)
+    out = out_dir / STUBS_ARCHIVE
+    return offline.Archive(
+        archive=STUBS_ARCHIVE, sha256=offline.sha256_file(out), bytes=out.stat().st_size,
+        distribution=None, version=None, wheel=None, wheel_sha256=None,
+        stubs=list(stack.wheelhouse.stubs), files=files,
+    )
+
+
+def _reusable(previous: offline.Manifest | None, manifest_key: tuple, out_dir: Path) -> dict[str, offline.Archive]:
+    """Archives of the previous build with the same target, trim and stack file, still intact."""
+    if previous is None or (previous.target, previous.trim, previous.stack_sha256) != manifest_key:
+        return {}
+    return {
+        a.wheel_sha256: a for a in previous.archives
+        if a.wheel_sha256 and (out_dir / a.archive).is_file()
+        and offline.sha256_file(out_dir / a.archive) == a.sha256
+    }
+
+
+def main(args: argparse.Namespace) -> int:
+    """Build the wheelhouse; print one line per archive and the total size."""
+    stack = load_stack()
+    try:
+        target = stack.target(args.target)
+        lock = load_lock(args.lock)
+        packages = [lock.package(name) for name in stack.wheelhouse.serve]
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    missing = [p for p in packages if _cached(p, stack, args.cache) is None]
+    if missing:
+        print(f"downloading {len(missing)} wheels into {args.cache}", flush=True)
+        _download(missing, stack, args.cache)
+    wheels = [_verified_wheel(p, stack, args.cache) for p in packages]
+
+    out_dir: Path = args.directory
+    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        previous = offline.read_manifest(out_dir)
+    except ValueError:
+        previous = None
+    reuse = _reusable(previous, (target.name, args.trim, stack.sha256), out_dir)
+    drop = drop_rule(stack, target, args.trim)
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        jobs = [
+            pool.submit(lambda a=reuse[digest]: a) if digest in reuse
+            else pool.submit(_pack_wheel, package, path, digest, out_dir, drop)
+            for package, (path, digest) in zip(packages, wheels)
+        ]
+        archives = [job.result() for job in jobs]
+    archives.append(_pack_stubs(stack, out_dir))
+    manifest = offline.Manifest(target.name, stack.python, args.trim, stack.sha256, archives)
+    manifest.write(out_dir)
+    if previous is not None:
+        for stale in {a.archive for a in previous.archives} - {a.archive for a in archives}:
+            (out_dir / stale).unlink(missing_ok=True)
+
+    total = sum(a.bytes for a in archives) + (out_dir / offline.MANIFEST).stat().st_size
+    print(f"wheelhouse for {target.name}{' (trimmed)' if args.trim else ''} in {out_dir}:")
+    for a in archives:
+        note = f"  ({len(a.dropped)} members left out)" if a.dropped else ""
+        print(f"  {a.title:<44} {a.bytes / MIB:7.1f} MiB{note}")
+    print(f"total {total / MIB:.1f} MiB in {len(archives)} archives; "
+          f"all {len(packages)} wheels matched uv.lock sha256")
+    if args.max_mib is not None and total > args.max_mib * MIB:
+        hint = "" if args.trim else " (try --trim)"
+        raise ReproError(f"the wheelhouse is {total / MIB:.1f} MiB, over --max-mib {args.max_mib:g}{hint}")
+    return 0

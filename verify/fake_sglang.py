@@ -1,0 +1,238 @@
+"""A fake SGLang server for the CPU tests of `serve`, `bench` and the HTTP client.
+
+Run as ``python -m verify.fake_sglang`` with ``sglang.launch_server``'s arguments (unknown ones are
+ignored). It serves, on 127.0.0.1 only, the part of SGLang 0.5.17's native API the project uses:
+``GET /health`` (503 while "starting", then 200), ``GET /server_info`` (server args, internal
+states, version), ``POST /generate`` with ``input_ids`` or ``text``, ``sampling_params`` and
+``stream`` (Server-Sent Events ``data: {...}`` per decode round, then ``data: [DONE]``), with the
+``meta_info`` fields SGLang returns, ``spec_verify_ct`` and ``spec_accept_length`` included.
+
+Decoding is simulated: each round takes a fixed time and emits tau tokens on average (AR 1,
+DFLASH 3, DDTREE more with the budget), so speedups and tau are known and deterministic enough to
+assert on. It stops by itself after ``--fake-max-lifetime-s`` or when its parent dies.
+
+Test knobs: ``--fake-step-ms``, ``--fake-startup-s``, ``--fake-exit-at-start CODE``,
+``--fake-ignore-sigterm``, ``--fake-max-lifetime-s``; ``$FAKE_SGLANG_PIDFILE`` receives the pid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import signal
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+READY_LINE = "The server is fired up and ready to roll!"
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    p.add_argument("--model-path", required=True)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--tp-size", type=int, default=1)
+    p.add_argument("--ep-size", type=int, default=1)
+    p.add_argument("--speculative-algorithm", default=None)
+    p.add_argument("--speculative-draft-model-path", default=None)
+    p.add_argument("--speculative-ddtree-budget", type=int, default=None)
+    p.add_argument("--skip-tokenizer-init", action="store_true")
+    p.add_argument("--fake-step-ms", type=float, default=1.0)
+    p.add_argument("--fake-startup-s", type=float, default=0.2)
+    p.add_argument("--fake-exit-at-start", type=int, default=None)
+    p.add_argument("--fake-ignore-sigterm", action="store_true")
+    p.add_argument("--fake-max-lifetime-s", type=float, default=120.0)
+    return p.parse_known_args(argv)[0]
+
+
+def mean_tau(args: argparse.Namespace, temperature: float) -> float:
+    """Tokens per round the simulation aims at (bonus included)."""
+    algorithm = args.speculative_algorithm
+    if algorithm is None:
+        return 1.0
+    tau = 3.0 if algorithm == "DFLASH" else 3.0 + 3.0 * (1 - math.exp(-args.speculative_ddtree_budget / 32))
+    return max(1.0, tau * (0.85 if temperature > 0 else 1.0))
+
+
+def round_seconds(args: argparse.Namespace) -> float:
+    """Wall time of one decode round: verification grows with the tree, EP is a bit faster."""
+    cost = {None: 1.0, "DFLASH": 1.25}.get(args.speculative_algorithm)
+    if cost is None:
+        cost = 1.25 + args.speculative_ddtree_budget / 256
+    return args.fake_step_ms / 1e3 * cost * (0.8 if args.ep_size > 1 else 1.0)
+
+
+class Handler(BaseHTTPRequestHandler):
+    args: argparse.Namespace
+    ready_at: float
+    counter = iter(range(10**9))
+
+    def log_message(self, fmt: str, *a: Any) -> None:
+        sys.stderr.write(f"[fake-sglang] {self.command} {self.path} {a[1] if len(a) > 1 else ''}\n")
+
+    def _json(self, status: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        if self.path == "/health":
+            ok = time.monotonic() >= self.ready_at
+            self.send_response(200 if ok else 503)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+        elif self.path in ("/server_info", "/get_server_info"):
+            a = self.args
+            self._json(200, {
+                "model_path": a.model_path, "tp_size": a.tp_size, "ep_size": a.ep_size,
+                "speculative_algorithm": a.speculative_algorithm,
+                "speculative_draft_model_path": a.speculative_draft_model_path,
+                "speculative_ddtree_budget": a.speculative_ddtree_budget,
+                "skip_tokenizer_init": a.skip_tokenizer_init,
+                "internal_states": [{"avg_spec_accept_length": 0.0}], "version": "0.5.17-fake"})
+        else:
+            self._json(404, {"detail": "Not Found"})
+
+    def do_POST(self) -> None:  # noqa: N802
+        if self.path != "/generate":
+            return self._json(404, {"detail": "Not Found"})
+        req = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+        ids = req.get("input_ids")
+        if ids is None and isinstance(req.get("text"), str):
+            ids = list(req["text"].encode())
+        if not isinstance(ids, list) or not ids or not all(isinstance(i, int) for i in ids):
+            return self._json(400, {"object": "error", "message": "input_ids or text is required",
+                                    "code": 400})
+        params = req.get("sampling_params") or {}
+        max_new = int(params.get("max_new_tokens", 16))
+        temperature = float(params.get("temperature", 1.0))
+        rid = f"fake-{next(self.counter)}"
+        events = self._decode(rid, ids, max_new, temperature)
+        if not req.get("stream"):
+            *_, last = events
+            return self._json(200, last)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        for event in events:
+            self.wfile.write(b"data: " + json.dumps(event).encode() + b"\n\n")
+            self.wfile.flush()
+        self.wfile.write(b"data: [DONE]\n\n")
+
+    def _decode(self, rid: str, ids: list[int], max_new: int, temperature: float):  # noqa: ANN202
+        """Yield one response object per round, as SGLang streams them (cumulative ids)."""
+        a = self.args
+        rng = random.Random(sum(ids) * 7919 + max_new)
+        tau, step = mean_tau(a, temperature), round_seconds(a)
+        out: list[int] = []
+        verify_ct, start = 0, time.monotonic()
+        while len(out) < max_new:
+            time.sleep(step)
+            if out:  # decode rounds; the first token comes from prefill
+                verify_ct += 1
+                n = max(1, min(16, round(rng.gauss(tau, 0.8))))
+            else:
+                n = 1
+            out += [(sum(ids) + 7 * (len(out) + k)) % 4096 for k in range(n)]
+            out = out[:max_new]
+            done = len(out) >= max_new
+            meta: dict[str, Any] = {
+                "id": rid, "finish_reason": {"type": "length", "length": max_new} if done else None,
+                "prompt_tokens": len(ids), "completion_tokens": len(out), "cached_tokens": 0,
+                "weight_version": "default"}
+            if a.speculative_algorithm and verify_ct:
+                meta.update(spec_verify_ct=verify_ct, spec_accept_length=len(out) / verify_ct,
+                            spec_num_correct_drafts=len(out) - 1 - verify_ct)
+            if done:
+                meta["e2e_latency"] = time.monotonic() - start
+            yield {"text": "", "output_ids": list(out), "meta_info": meta}
+
+
+# ---- helpers for the tests that drive this server -------------------------------------------
+
+REPO = Path(__file__).resolve().parents[1]
+BASE_PROFILE: dict[str, Any] = {
+    "target": "sm90", "machine": "fake box", "interconnect": "nvlink", "model": "target",
+    "drafter": "drafter", "tp": 1, "algorithm": "DDTREE", "budget": 8, "tokenizer": "none",
+    "thresholds": "test-models", "start-timeout": 30, "launch-module": "verify.fake_sglang",
+}
+
+
+def make_models(root: Path, vocab_size: int = 4096) -> Path:
+    """Model directories ``target`` and ``drafter`` (a config.json each) under ``root``."""
+    for name in ("target", "drafter"):
+        (root / name).mkdir(parents=True, exist_ok=True)
+        (root / name / "config.json").write_text(json.dumps({"vocab_size": vocab_size}))
+    return root
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + " }"
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return json.dumps(value)  # str, int, float and bool print as TOML does
+
+
+def write_profiles(path: Path, profiles: dict[str, dict[str, Any]]) -> Path:
+    """A profiles.toml whose profiles are BASE_PROFILE updated with each given table."""
+    lines = []
+    for name, overrides in profiles.items():
+        lines.append(f"[profiles.{name}]")
+        table = {**BASE_PROFILE, **overrides}
+        lines += [f"{k} = {_toml(v)}" for k, v in table.items() if v is not None]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """This environment with the repository importable (for ``-m repro.cli`` and this module)."""
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, **extra}
+
+
+def _watchdog(lifetime: float) -> None:
+    """Exit when the lifetime is over or the parent died (the tests never leave a server behind)."""
+    parent, deadline = os.getppid(), time.monotonic() + lifetime
+    while time.monotonic() < deadline and os.getppid() == parent:
+        time.sleep(0.2)
+    sys.stderr.write("[fake-sglang] lifetime over or parent gone: exiting\n")
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.fake_exit_at_start is not None:
+        sys.stderr.write("RuntimeError: fake failure while loading the model\n")
+        sys.exit(args.fake_exit_at_start)
+    if not Path(args.model_path).is_dir():
+        sys.stderr.write(f"OSError: {args.model_path} is not a model directory\n")
+        sys.exit(1)
+    if args.fake_ignore_sigterm:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    else:
+        signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    Handler.args = args
+    Handler.ready_at = time.monotonic() + args.fake_startup_s
+    server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)  # loopback whatever --host says
+    server.daemon_threads = True
+    threading.Thread(target=_watchdog, args=(args.fake_max_lifetime_s,), daemon=True).start()
+    if os.environ.get("FAKE_SGLANG_PIDFILE"):
+        Path(os.environ["FAKE_SGLANG_PIDFILE"]).write_text(str(os.getpid()))
+    threading.Timer(args.fake_startup_s, lambda: print(READY_LINE, file=sys.stderr, flush=True)).start()
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+"""End-to-end on the GPU: greedy DDTREE == AR == DFLASH token for token, and tau under the hook.
+
+Real ``sglang.launch_server`` processes on 127.0.0.1 serve the planted target (repro.testmodels):
+its greedy output is known exactly, with logit margins far above bf16 noise. Every speculative
+server runs with the drafter test hook (controlled drafter ranks, so side branches of the tree
+really get accepted). Configurations cover each axis: budgets 1/8/32/64, CUDA graphs on/off,
+overlap scheduler on/off; every server is queried one request at a time (batch 1) and with 32
+prompts at once (batch up to 4).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from repro import testmodels
+from verify.sglang import harness
+
+pytestmark = [pytest.mark.sglang, pytest.mark.gpu]
+
+NEW_TOKENS = 128
+N_PROMPTS = 32
+N_SINGLE = 16  # prompts also sent one at a time (batch 1)
+# (name, algorithm, budget, cuda graphs, overlap scheduler)
+CONFIGS = [
+    ("dflash", "DFLASH", None, True, True),
+    ("ddtree-b1", "DDTREE", 1, True, True),
+    ("ddtree-b8", "DDTREE", 8, False, False),
+    ("ddtree-b32", "DDTREE", 32, True, False),
+    ("ddtree-b64", "DDTREE", 64, True, True),
+]
+GREEDY = {"temperature": 0, "max_new_tokens": NEW_TOKENS, "ignore_eos": True}
+
+
+def prompts() -> list[list[int]]:
+    """Deterministic prompts of 3..200 tokens over the whole vocabulary."""
+    lens = [3 + (i * 37) % 198 for i in range(N_PROMPTS)]
+    return [[(i * 131 + j * 17 + (j * j) % 11) % 4000 + 10 for j in range(n)] for i, n in enumerate(lens)]
+
+
+def stop_requests(planted: dict) -> list[tuple[list[int], dict]]:
+    """Requests that end inside a round: a stop token mid-continuation, an odd max_new_tokens."""
+    out = []
+    for i, p in enumerate(prompts()[:4]):
+        cont = testmodels.greedy_continuation(planted, p[-1], 40)
+        out.append((p, {"temperature": 0, "max_new_tokens": 40, "stop_token_ids": [cont[5 + 3 * i]]}))
+        out.append((p, {"temperature": 0, "max_new_tokens": 7 + 2 * i, "ignore_eos": True}))
+    return out
+
+
+def run_workload(url: str, planted: dict) -> dict:
+    """Batch-1 and batch-4 greedy outputs plus the stop/length requests, with meta_info."""
+    ps = prompts()
+    single = [harness.generate(url, p, GREEDY) for p in ps[:N_SINGLE]]
+    batch = harness.generate(url, ps, GREEDY)
+    stops = [harness.generate(url, p, sp) for p, sp in stop_requests(planted)]
+    keep = lambda r: {"output_ids": r["output_ids"], "meta": {k: v for k, v in r["meta_info"].items() if k.startswith(("spec_", "completion", "finish"))}}
+    return {"single": [keep(r) for r in single], "batch": [keep(r) for r in batch], "stops": [keep(r) for r in stops]}
+
+
+@pytest.fixture(scope="module")
+def runs(models, planted) -> dict:
+    """Every configuration's workload results, AR first; one server at a time."""
+    results = {}
+    with harness.server("ar", harness.server_args(models / "planted"), port=31000) as url:
+        results["ar"] = run_workload(url, planted)
+    env = {"SGLANG_DDTREE_TEST_DRAFTER": str(models / "hook.json")}
+    for k, (name, algo, budget, graphs, overlap) in enumerate(CONFIGS):
+        args = harness.server_args(models / "planted", algo=algo, drafter=models / "dflash",
+                                   budget=budget, graphs=graphs, overlap=overlap)
+        try:
+            with harness.server(name, args, port=31001 + k, env=env) as url:
+                results[name] = run_workload(url, planted)
+        except Exception as exc:  # keep the other configurations' evidence
+            results[name] = {"error": repr(exc)[:4000]}
+    harness.save("greedy_runs", results)
+    return results
+
+
+def _tau(result: dict) -> float:
+    metas = [r["meta"] for r in result["batch"]]
+    return sum(m["spec_accept_length"] for m in metas) / len(metas)
+
+
+class TestGreedy:
+    def test_ar_follows_the_planted_continuation(self, runs, planted):
+        """The AR server emits exactly the planted target's greedy continuation."""
+        for kind in ("single", "batch"):
+            for p, r in zip(prompts(), runs["ar"][kind]):
+                assert r["output_ids"] == testmodels.greedy_continuation(planted, p[-1], NEW_TOKENS)
+
+    @pytest.mark.parametrize("name", [c[0] for c in CONFIGS])
+    def test_speculative_equals_ar_token_for_token(self, runs, name):
+        """DFLASH and every DDTREE configuration emit AR's tokens, batch 1 and batch 4."""
+        assert "error" not in runs[name], runs[name].get("error")
+        for kind in ("single", "batch", "stops"):
+            got = [r["output_ids"] for r in runs[name][kind]]
+            want = [r["output_ids"] for r in runs["ar"][kind]]
+            assert got == want, f"{name}/{kind}: first differing request {next(i for i, (a, b) in enumerate(zip(got, want)) if a != b)}"
+
+    @pytest.mark.parametrize("name", [c[0] for c in CONFIGS])
+    def test_verify_count_and_tau_are_consistent(self, runs, name):
+        """Per response, spec_accept_length = completion_tokens / spec_verify_ct and tau >= 1."""
+        for r in runs[name]["batch"]:
+            m = r["meta"]
+            assert m["spec_verify_ct"] >= 1
+            assert m["spec_accept_length"] == pytest.approx(m["completion_tokens"] / m["spec_verify_ct"])
+            assert m["spec_accept_length"] >= 1.0
+
+
+class TestTau:
+    def test_ddtree_accepts_more_than_dflash(self, runs):
+        """Under the same drafter hook, DDTREE (B = 64) has a higher mean tau than DFLASH."""
+        assert _tau(runs["ddtree-b64"]) > _tau(runs["dflash"])
+
+    def test_tau_is_non_decreasing_in_budget(self, runs):
+        """Mean tau over the batch requests grows (weakly) with the budget 1 -> 8 -> 32 -> 64."""
+        taus = [_tau(runs[f"ddtree-b{b}"]) for b in (1, 8, 32, 64)]
+        assert taus == sorted(taus), taus
