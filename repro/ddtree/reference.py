@@ -18,35 +18,42 @@ def build_tree_reference(draft_logits: torch.Tensor, budget: int, root_token: in
     """One request's tree from its drafter logits [L, V] by the best-first heap (spec §2).
 
     Ranks per depth: float32 logit descending, ties by ascending token id (a stable sort).
+    """
+    x = draft_logits.detach().float().cpu()
+    k = min(budget, x.shape[1])
+    top = torch.sort(x, dim=-1, descending=True, stable=True)
+    lse = torch.logsumexp(x, dim=-1)
+    return heap_tree(top.values[:, :k].tolist(), top.indices[:, :k].tolist(), lse.tolist(), budget, root_token)
+
+
+def heap_tree(
+    logits: list[list[float]], ids: list[list[int]], lse: list[float], budget: int, root_token: int | None = None
+) -> DraftTree:
+    """The best-first heap over per-depth ranked (logit, id) lists [L][K] and each depth's lse.
+
     Score of a prefix: float64 sum of its logits minus the float64 sum of the depths' lse.
     """
-    horizon, vocab = draft_logits.shape
-    x = draft_logits.detach().float().cpu()
-    lse = torch.logsumexp(x, dim=-1).tolist()
+    horizon, k = len(logits), min(budget, len(logits[0]))
     lse_cum = [lse[0]]
     for d in range(1, horizon):
         lse_cum.append(lse_cum[-1] + lse[d])
-    k = min(budget, vocab)
-    order = torch.sort(x, dim=-1, descending=True, stable=True).indices[:, :k].tolist()
-    xs = [[float(x[d, t]) for t in order[d]] for d in range(horizon)]
-
     tokens, parents, depths, scores = [NO_TOKEN if root_token is None else root_token], [NO_PARENT], [0], [0.0]
     # heap entry: (-score, rank tuple, parent node, depth, rank, sum of logits along the path)
-    heap = [(-(xs[0][0] - lse_cum[0]), (0,), 0, 1, 0, xs[0][0])] if budget > 0 else []
+    heap = [(-(logits[0][0] - lse_cum[0]), (0,), 0, 1, 0, logits[0][0])] if budget > 0 else []
     parent_sum = {0: 0.0}
     while heap and len(tokens) <= budget:
         neg, ranks, parent, depth, rank, path_sum = heapq.heappop(heap)
         node = len(tokens)
-        tokens.append(order[depth - 1][rank])
+        tokens.append(ids[depth - 1][rank])
         parents.append(parent)
         depths.append(depth)
         scores.append(-neg)
         parent_sum[node] = path_sum
         if rank + 1 < k:  # next sibling: same parent, next rank at this depth
-            s = parent_sum[parent] + xs[depth - 1][rank + 1]
+            s = parent_sum[parent] + logits[depth - 1][rank + 1]
             heapq.heappush(heap, (-(s - lse_cum[depth - 1]), ranks[:-1] + (rank + 1,), parent, depth, rank + 1, s))
         if depth < horizon:  # first child: best rank one depth down
-            s = path_sum + xs[depth][0]
+            s = path_sum + logits[depth][0]
             heapq.heappush(heap, (-(s - lse_cum[depth]), ranks + (0,), node, depth + 1, 0, s))
 
     pad = budget + 1 - len(tokens)

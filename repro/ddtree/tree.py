@@ -9,8 +9,13 @@ host synchronisation (every shape depends only on ``bs``, ``L``, ``K`` and ``B``
    ``(parent position i, token rank r)`` can only make it if ``(i+1)(r+1) <= B``: the ``i+1``
    parents at or before ``i`` each have ``r+1`` children at least as good.
 3. The tree is the best ``B`` of the union, ordered best first. Ties between equal scores go to
-   the lexicographically smaller rank tuple, a strict prefix first (§2.3): the lexicographic
-   order of the union is its depth-first preorder, computed from subtree sizes.
+   the lexicographically smaller rank tuple, a strict prefix first (§2.3).
+
+Rank tuples compare through one int64 per node (``lex_code``): each rank ``r`` is appended as
+an order-preserving, prefix-free code of ``r + 1`` and the codes are left-aligned, so integer
+order is tuple order with a prefix first. A node can only be in the tree if the product of its
+``r_i + 1`` is at most ``B`` (that many nodes of its depth are at least as good), which bounds
+the code to ``2L + 2 log2 B`` bits: 50 for L = 15, B = 1024; entries past the bound are pruned.
 
 Scores are ``sum(logit) - sum(lse)`` accumulated in float64 in depth order, which is
 ``sum_d log q_d`` exactly for the float32 inputs. ``reference.py`` computes the same numbers.
@@ -60,10 +65,10 @@ def build_trees_from_topk(
     if budget == 0:
         return _root_only(roots, horizon, root_tokens is not None)
 
+    _check_code_room(horizon, budget)
     levels = _frontiers(topk.logits[..., :kb].double(), _lse_cumsum(topk.lse), budget)
     union = _Union.of(levels)
-    preorder = _preorder(levels)
-    best = _best_first(union.score, preorder)[:, :budget]  # [bs, <=B] union indices
+    best = _best_first(union.score, union.lex)[:, :budget]  # [bs, <=B] union indices
 
     m = union.score.shape[1]
     pos = torch.full((bs, m + 1), -1, dtype=torch.int64, device=roots.device)
@@ -97,11 +102,42 @@ class _Level:
 
     x: torch.Tensor  # [bs, F] float64, sum of logits along the path
     score: torch.Tensor  # [bs, F] float64, -inf for invalid entries
+    lex: torch.Tensor  # [bs, F] int64, left-aligned rank-tuple code; _LAST for invalid entries
+    bits: torch.Tensor  # [bs, F] int64, bits of ``lex`` in use
+    prod: torch.Tensor  # [bs, F] int64, product of (rank + 1) along the path
     rank: torch.Tensor  # [bs, F] int64, token rank at this depth
     slot: torch.Tensor  # [bs, F] int64, parent's position in the level above
     valid: torch.Tensor  # [bs, F] bool
-    lexkey: torch.Tensor  # [bs, F] int64, orders the level lexicographically by rank tuple
-    lexord: torch.Tensor  # [bs, F] int64, position in that lexicographic order
+
+
+_CODE_BITS = 63  # int64 without its sign bit: signed order is code order
+
+
+def _rank_code(n: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(code, length) of n = rank + 1 >= 1: '1', m ones, '0', then n's m low bits (m = floor log2 n).
+
+    Order-preserving and prefix-free; the leading '1' puts a prefix before its extensions.
+    """
+    pow2 = lambda e: torch.bitwise_left_shift(torch.ones_like(n), e)  # noqa: E731
+    m = torch.floor(torch.log2(n.double())).long()
+    m = m - (pow2(m) > n).long() + (pow2(m + 1) <= n).long()  # exact even if log2 rounds
+    code = torch.bitwise_left_shift(pow2(m + 2) - 2, m) | (n - pow2(m))
+    return code, 2 * m + 2
+
+
+def _append(lex: torch.Tensor, bits: torch.Tensor, rank: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Append ``rank`` to left-aligned codes; entries that would overflow are for invalid nodes."""
+    code, length = _rank_code(rank + 1)
+    used = bits + length
+    shift = (_CODE_BITS - used).clamp(min=0)
+    return lex | torch.bitwise_left_shift(code, shift), used
+
+
+def _check_code_room(horizon: int, budget: int) -> None:
+    """The rank-tuple code of every possible tree node fits in 63 bits."""
+    need = 2 * min(horizon, budget) + 2 * (budget.bit_length() - 1)  # sum of floor(log2(r+1)) <= log2 B
+    if need > _CODE_BITS:
+        raise ValueError(f"budget {budget} is too large for horizon {horizon}: tree keys need {need} > 63 bits")
 
 
 def _frontiers(x: torch.Tensor, lse_cum: torch.Tensor, budget: int) -> list[_Level]:
@@ -109,31 +145,24 @@ def _frontiers(x: torch.Tensor, lse_cum: torch.Tensor, budget: int) -> list[_Lev
     bs, horizon, kb = x.shape
     dev = x.device
     rank = torch.arange(kb, device=dev).expand(bs, kb)
+    lex, bits = _append(torch.zeros_like(rank), torch.zeros_like(rank), rank)
     first = x[:, 0, :]
     levels = [
-        _Level(first, first - lse_cum[:, :1], rank, torch.full_like(rank, -1),
-               torch.ones_like(rank, dtype=torch.bool), rank, rank)
+        _Level(first, first - lse_cum[:, :1], lex, bits, rank + 1, rank, torch.full_like(rank, -1),
+               torch.ones_like(rank, dtype=torch.bool))
     ]
     for d in range(1, min(horizon, budget)):
         prev = levels[-1]
         slot, r = _pairs(prev.x.shape[1], kb, budget, dev)
         cx = prev.x[:, slot] + x[:, d, r]
-        valid = prev.valid[:, slot]
+        prod = prev.prod[:, slot] * (r + 1)
+        valid = prev.valid[:, slot] & (prod <= budget)
+        lex, bits = _append(prev.lex[:, slot], prev.bits[:, slot], r.expand_as(cx))
         score = torch.where(valid, cx - lse_cum[:, d : d + 1], float("-inf"))
-        lexkey = torch.where(valid, prev.lexord[:, slot] * kb + r, _LAST)
-        keep = _best_first(score, lexkey)[:, :budget]
-        lexkey = torch.gather(lexkey, 1, keep)
-        levels.append(
-            _Level(
-                x=torch.gather(cx, 1, keep),
-                score=torch.gather(score, 1, keep),
-                rank=r[keep],
-                slot=slot[keep],
-                valid=torch.gather(valid, 1, keep),
-                lexkey=lexkey,
-                lexord=_inverse(torch.argsort(lexkey, dim=1, stable=True)),
-            )
-        )
+        lex = torch.where(valid, lex, _LAST)
+        keep = _best_first(score, lex)[:, :budget]
+        take = lambda t: torch.gather(t, 1, keep)  # noqa: E731
+        levels.append(_Level(take(cx), take(score), take(lex), take(bits), take(prod), r[keep], slot[keep], take(valid)))
     return levels
 
 
@@ -142,6 +171,7 @@ class _Union:
     """All levels concatenated; ``parent`` indexes the union, ``m`` (one past the end) = root."""
 
     score: torch.Tensor  # [bs, M] float64
+    lex: torch.Tensor  # [bs, M] int64
     rank: torch.Tensor  # [bs, M] int64
     depth: torch.Tensor  # [bs, M] int64
     parent: torch.Tensor  # [bs, M] int64
@@ -150,40 +180,20 @@ class _Union:
     @classmethod
     def of(cls, levels: list[_Level]) -> _Union:
         sizes = [lv.score.shape[1] for lv in levels]
-        m = sum(sizes)
         offsets = [0]
         for s in sizes[:-1]:
             offsets.append(offsets[-1] + s)
-        parents = [torch.full_like(levels[0].slot, m)]
+        parents = [torch.full_like(levels[0].slot, sum(sizes))]
         parents += [lv.slot + offsets[i] for i, lv in enumerate(levels[1:])]
+        cat = lambda name: torch.cat([getattr(lv, name) for lv in levels], 1)  # noqa: E731
         return cls(
-            score=torch.cat([lv.score for lv in levels], 1),
-            rank=torch.cat([lv.rank for lv in levels], 1),
+            score=cat("score"),
+            lex=cat("lex"),
+            rank=cat("rank"),
             depth=torch.cat([torch.full_like(lv.rank, d + 1) for d, lv in enumerate(levels)], 1),
             parent=torch.cat(parents, 1),
-            valid=torch.cat([lv.valid for lv in levels], 1),
+            valid=cat("valid"),
         )
-
-
-def _preorder(levels: list[_Level]) -> torch.Tensor:
-    """Depth-first preorder index of every union entry: the lexicographic order of rank tuples."""
-    sizes = [lv.valid.long() for lv in levels]
-    for d in range(len(levels) - 1, 0, -1):  # subtree sizes, bottom-up
-        child = levels[d]
-        sizes[d - 1] = sizes[d - 1].scatter_add(1, child.slot, sizes[d] * child.valid)
-    parent_pre = torch.zeros_like(levels[0].slot[:, :1])  # the root is preorder 0
-    out = []
-    for lv, size in zip(levels, sizes):
-        slot = lv.slot.clamp(min=0)
-        lex = torch.argsort(lv.lexkey, dim=1, stable=True)  # siblings contiguous, in rank order
-        excl = torch.cumsum(torch.gather(size, 1, lex), 1) - torch.gather(size, 1, lex)
-        excl = torch.gather(excl, 1, _inverse(lex))  # back to best-first order
-        base = torch.full_like(parent_pre, _LAST).scatter_reduce(1, slot, excl, "amin")
-        pre = torch.gather(parent_pre, 1, slot) + 1 + excl - torch.gather(base, 1, slot)
-        pre = torch.where(lv.valid, pre, _LAST)
-        out.append(pre)
-        parent_pre = pre
-    return torch.cat(out, 1)
 
 
 def _best_first(score: torch.Tensor, tiekey: torch.Tensor) -> torch.Tensor:
@@ -191,12 +201,6 @@ def _best_first(score: torch.Tensor, tiekey: torch.Tensor) -> torch.Tensor:
     by_tie = torch.argsort(tiekey, dim=1, stable=True)
     by_score = torch.argsort(torch.gather(score, 1, by_tie), dim=1, descending=True, stable=True)
     return torch.gather(by_tie, 1, by_score)
-
-
-def _inverse(perm: torch.Tensor) -> torch.Tensor:
-    """Row-wise inverse of a permutation: out[b, perm[b, j]] = j."""
-    ar = torch.arange(perm.shape[1], device=perm.device).expand_as(perm)
-    return torch.empty_like(perm).scatter_(1, perm, ar)
 
 
 def _lse_cumsum(lse: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,196 @@
+"""Triton kernel of repro.kernels.tree_build (imported lazily: CPU-only installs never load it)."""
+
+import triton
+import triton.language as tl
+
+
+INT64_MAX: tl.constexpr = 9223372036854775807
+
+@triton.jit
+def _rank_code(n):
+    """(code, bits) of n = rank + 1: '1', m ones, '0', n's m low bits (as tree._rank_code)."""
+    m = tl.floor(tl.log2(n.to(tl.float64))).to(tl.int64)
+    one = tl.full(n.shape, 1, tl.int64)
+    m = m - ((one << m) > n).to(tl.int64) + ((one << (m + 1)) <= n).to(tl.int64)
+    code = (((one << (m + 2)) - 2) << m) | (n - (one << m))
+    return code, 2 * m + 2
+
+@triton.jit
+def _exchange(score, lex, idx, S: tl.constexpr, J: tl.constexpr, LOG_N: tl.constexpr):
+    """One bitonic compare-exchange step at distance 2**J inside blocks of 2**S."""
+    a: tl.constexpr = (1 << LOG_N) >> (J + 1)
+    b: tl.constexpr = 1 << J
+    sl, sr = tl.split(tl.permute(tl.reshape(score, [a, 2, b]), (0, 2, 1)))
+    ll, lr = tl.split(tl.permute(tl.reshape(lex, [a, 2, b]), (0, 2, 1)))
+    il, ir = tl.split(tl.permute(tl.reshape(idx, [a, 2, b]), (0, 2, 1)))
+    left_better = (sl > sr) | ((sl == sr) & (ll < lr))
+    group = tl.arange(0, a)[:, None]
+    want_left_better = ((group >> (S - J - 1)) & 1) == 0
+    swap = left_better != want_left_better
+    n: tl.constexpr = 1 << LOG_N
+    score = tl.reshape(tl.permute(tl.join(tl.where(swap, sr, sl), tl.where(swap, sl, sr)), (0, 2, 1)), [n])
+    lex = tl.reshape(tl.permute(tl.join(tl.where(swap, lr, ll), tl.where(swap, ll, lr)), (0, 2, 1)), [n])
+    idx = tl.reshape(tl.permute(tl.join(tl.where(swap, ir, il), tl.where(swap, il, ir)), (0, 2, 1)), [n])
+    return score, lex, idx
+
+@triton.jit
+def _sort(score, lex, idx, LOG_N: tl.constexpr):
+    """Best first: score descending, then code ascending; ``idx`` rides along."""
+    for s in tl.static_range(1, LOG_N + 1):
+        for jj in tl.static_range(s):
+            score, lex, idx = _exchange(score, lex, idx, s, s - 1 - jj, LOG_N)
+    return score, lex, idx
+
+@triton.jit
+def tree_kernel(
+    logits_ptr, ids_ptr, lse_ptr, roots_ptr, slot_tab, rank_tab, P,
+    fx_ptr, fscore_ptr, flex_ptr, fbits_ptr, fprod_ptr, frank_ptr, fslot_ptr, inv_ptr,
+    tokens_ptr, parents_ptr, depths_ptr, scores_ptr, nodes_ptr,
+    KT, L, KB, D,
+    B: tl.constexpr, FP: tl.constexpr, LOG_P: tl.constexpr, LOG_U: tl.constexpr,
+):
+    b = tl.program_id(0)
+    F: tl.constexpr = FP  # frontier slots per level (invalid entries sort last)
+    lrow = logits_ptr + b * L * KT
+    frow = b * D * FP
+    neg_inf = float("-inf")
+
+    # depth 1: ranks 0..KB-1
+    q = tl.arange(0, FP)
+    ok = q < KB
+    c = tl.load(lse_ptr + b * L).to(tl.float64)
+    x = tl.load(lrow + q, mask=ok, other=0.0).to(tl.float64)
+    code, bits = _rank_code(q.to(tl.int64) + 1)
+    tl.store(fx_ptr + frow + q, x)
+    tl.store(fscore_ptr + frow + q, tl.where(ok, x - c, neg_inf))
+    tl.store(flex_ptr + frow + q, code << (63 - bits))
+    tl.store(fbits_ptr + frow + q, bits)
+    tl.store(fprod_ptr + frow + q, q.to(tl.int64) + 1)
+    tl.store(frank_ptr + frow + q, q)
+    tl.store(fslot_ptr + frow + q, tl.full([FP], -1, tl.int32))
+    tl.debug_barrier()
+
+    p = tl.arange(0, 1 << LOG_P)
+    in_p = p < P
+    slot = tl.load(slot_tab + p, mask=in_p, other=0)
+    rank = tl.load(rank_tab + p, mask=in_p, other=0)
+    code, clen = _rank_code(rank.to(tl.int64) + 1)
+    for d in range(1, D):
+        c += tl.load(lse_ptr + b * L + d).to(tl.float64)
+        prev = frow + (d - 1) * FP + slot
+        pscore = tl.load(fscore_ptr + prev)
+        prod = tl.load(fprod_ptr + prev) * (rank.to(tl.int64) + 1)
+        valid = in_p & (pscore > neg_inf) & (prod <= B)
+        cx = tl.load(fx_ptr + prev) + tl.load(lrow + d * KT + rank, mask=in_p, other=0.0).to(tl.float64)
+        used = tl.load(fbits_ptr + prev) + clen
+        lex = tl.load(flex_ptr + prev) | (code << tl.maximum(63 - used, 0))
+        score = tl.where(valid, cx - c, neg_inf)
+        lex = tl.where(valid, lex, INT64_MAX)
+        score, lex, order = _sort(score, lex, p, LOG_P)
+        # re-gather the fields of the kept (sorted) candidates
+        keep = p < F
+        s2 = tl.load(slot_tab + order, mask=keep & (order < P), other=0)
+        r2 = tl.load(rank_tab + order, mask=keep & (order < P), other=0)
+        prev2 = frow + (d - 1) * FP + s2
+        c2, l2 = _rank_code(r2.to(tl.int64) + 1)
+        out = frow + d * FP + p
+        tl.store(fx_ptr + out, tl.load(fx_ptr + prev2, mask=keep, other=0.0)
+                 + tl.load(lrow + d * KT + r2, mask=keep, other=0.0).to(tl.float64), mask=keep)
+        tl.store(fscore_ptr + out, score, mask=keep)
+        tl.store(flex_ptr + out, lex, mask=keep)
+        tl.store(fbits_ptr + out, tl.load(fbits_ptr + prev2, mask=keep, other=0) + l2, mask=keep)
+        tl.store(fprod_ptr + out, tl.load(fprod_ptr + prev2, mask=keep, other=1) * (r2.to(tl.int64) + 1), mask=keep)
+        tl.store(frank_ptr + out, r2, mask=keep)
+        tl.store(fslot_ptr + out, s2, mask=keep)
+        tl.debug_barrier()
+
+    # the best B of the union of all levels, best first
+    u = tl.arange(0, 1 << LOG_U)
+    in_u = u < D * FP
+    score = tl.load(fscore_ptr + frow + u, mask=in_u, other=neg_inf)
+    lex = tl.load(flex_ptr + frow + u, mask=in_u, other=INT64_MAX)
+    lex = tl.where(score > neg_inf, lex, INT64_MAX)
+    score, lex, order = _sort(score, lex, u, LOG_U)
+    tl.store(inv_ptr + b * (1 << LOG_U) + u, tl.full([1 << LOG_U], -1, tl.int32))
+    tl.debug_barrier()
+    chosen = (u < B) & (score > neg_inf)
+    tl.store(inv_ptr + b * (1 << LOG_U) + order, u.to(tl.int32) + 1, mask=chosen)
+    tl.debug_barrier()
+    level = order // FP
+    rank = tl.load(frank_ptr + frow + order, mask=chosen, other=0)
+    pslot = tl.load(fslot_ptr + frow + order, mask=chosen, other=0)
+    parent_u = (level - 1) * FP + pslot
+    parent = tl.where(level == 0, 0, tl.load(inv_ptr + b * (1 << LOG_U) + parent_u, mask=chosen & (level > 0), other=0))
+    token = tl.load(ids_ptr + b * L * KT + level * KT + rank, mask=chosen, other=-1)
+    col = b * (B + 1) + 1 + u
+    row_ok = u < B
+    tl.store(tokens_ptr + col, tl.where(chosen, token, -1), mask=row_ok)
+    tl.store(parents_ptr + col, tl.where(chosen, parent.to(tl.int64), -1), mask=row_ok)
+    tl.store(depths_ptr + col, tl.where(chosen, level.to(tl.int64) + 1, 0), mask=row_ok)
+    tl.store(scores_ptr + col, tl.where(chosen, score, neg_inf), mask=row_ok)
+    tl.store(tokens_ptr + b * (B + 1), tl.load(roots_ptr + b))
+    tl.store(parents_ptr + b * (B + 1), -1)
+    tl.store(depths_ptr + b * (B + 1), 0)
+    tl.store(scores_ptr + b * (B + 1), 0.0)
+    tl.store(nodes_ptr + b, 1 + tl.sum(chosen.to(tl.int64), 0))
+
+
+@triton.jit
+def verify_kernel(
+    tokens_ptr, parents_ptr, depths_ptr, lens_ptr, bs, D, pad_token,
+    ids_out, pos_out, anc_out, full_out, index_out, first_out, sibling_out, keys_ptr,
+    N: tl.constexpr, NP: tl.constexpr, BS_P: tl.constexpr, COLS: tl.constexpr,
+):
+    """Verify tensors of one request: ids, positions, ancestor mask, flat FULL mask, pointers."""
+    b = tl.program_id(0)
+    i = tl.arange(0, NP)
+    real = i < N
+    row = b * N + i
+    tok = tl.load(tokens_ptr + row, mask=real, other=-1)
+    parent = tl.load(parents_ptr + row, mask=real, other=-1)
+    depth = tl.load(depths_ptr + row, mask=real, other=0)
+    s = tl.load(lens_ptr + b)
+    tl.store(ids_out + row, tl.where(tok == -1, pad_token, tok), mask=real)
+    tl.store(pos_out + row, s + depth, mask=real)
+    tl.store(index_out + row, row.to(tl.int64), mask=real)
+
+    # this request's block of the flat FULL mask starts after every earlier request's N*(S+N)
+    start = 0
+    for c0 in range(0, bs, BS_P):
+        c = c0 + tl.arange(0, BS_P)
+        lens = tl.load(lens_ptr + c, mask=c < b, other=0)
+        start += tl.sum(tl.where(c < b, N * (lens + N), 0), 0)
+    width = s + N
+    col = tl.arange(0, COLS)
+    for r in range(N):  # prefix columns all True, tree columns False until the ancestors land
+        for c0 in range(0, width, COLS):
+            cc = c0 + col
+            tl.store(full_out + start + r * width + cc, cc < s, mask=cc < width)
+    for r0 in range(0, N * N, NP):  # ancestor mask: clear
+        tl.store(anc_out + b * N * N + r0 + i, 0, mask=r0 + i < N * N)
+    tl.debug_barrier()
+    cur = i.to(tl.int64)  # self, then each ancestor: at most D hops
+    hop = real
+    for _ in range(0, D + 1):
+        tl.store(anc_out + b * N * N + i * N + cur, 1, mask=hop)
+        tl.store(full_out + start + i * width + s + cur, 1, mask=hop)
+        cur = tl.load(parents_ptr + b * N + cur, mask=hop, other=-1)
+        hop = hop & (cur >= 0)
+
+    # first child: smallest child index; next sibling: successor in (parent, index) order
+    child = real & (parent >= 0)
+    tl.store(first_out + row, tl.full([NP], N, tl.int64), mask=real)
+    tl.debug_barrier()
+    tl.atomic_min(first_out + b * N + parent, i.to(tl.int64), mask=child)
+    tl.debug_barrier()
+    first = tl.load(first_out + row, mask=real, other=N)
+    tl.store(first_out + row, tl.where(first == N, -1, first), mask=real)
+    key = tl.where(child, parent * NP + i, NP * NP + i)  # non-children sort last
+    key = tl.sort(key)
+    tl.store(keys_ptr + b * (NP + 1) + i, key)
+    tl.store(keys_ptr + b * (NP + 1) + NP, NP * NP * 2)
+    tl.debug_barrier()
+    nxt = tl.load(keys_ptr + b * (NP + 1) + i + 1)
+    node = key % NP
+    same = (key < NP * NP) & (nxt < NP * NP) & (key // NP == nxt // NP)
+    tl.store(sibling_out + b * N + node, tl.where(same, nxt % NP, -1).to(tl.int64), mask=node < N)

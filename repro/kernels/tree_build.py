@@ -1,0 +1,126 @@
+"""GPU-resident DDTree construction: one Triton program per request builds the whole tree.
+
+``build_trees_fused(topk, budget, root_tokens) -> DraftTree`` returns exactly what
+``repro.ddtree.build_trees_from_topk`` returns (same float64 scores, same tie rule, same node
+order): it runs the same per-depth frontier algorithm (see ``repro/ddtree/tree.py``), but each
+request's frontiers, sorts and final merge stay inside one program, so a round costs one launch
+instead of hundreds of small kernels. No host synchronisation; capturable in a CUDA graph at
+fixed (bs, B). Triton is imported on the first call; ``TRITON_INTERPRET=1`` runs it on CPU.
+
+Sorting uses a bitonic network over (score desc, rank-tuple code asc) pairs carrying a payload
+index; candidate sets are padded to powers of two with entries that sort last.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import torch
+
+from repro.ddtree.topk import check_budget
+from repro.ddtree.tree import _check_code_room, _pairs, _pairs_host, _root_column, _root_only
+from repro.ddtree.types import DraftTree, TopK, VerifyTensors
+
+MAX_BUDGET = 512
+"""Largest budget the fused kernel takes (its candidate sort holds next_pow2(B ln B) entries)."""
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+_TABLES: dict[tuple[int, int, str], tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _tables(budget: int, kb: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """int32 (parent slot, rank) pairs for every depth (parents < B), cached per device."""
+    key = (budget, kb, str(device))
+    if key not in _TABLES:
+        slot, rank = _pairs(budget, kb, budget, device)
+        _TABLES[key] = (slot.to(torch.int32), rank.to(torch.int32))
+    return _TABLES[key]
+
+
+def _pairs_host_for(budget: int) -> torch.Tensor:
+    """The largest pair table a budget can need (K = B): sizes the candidate sort."""
+    return _pairs_host(budget, budget, budget)[0]
+
+
+@lru_cache(maxsize=None)
+def _kernel():
+    from repro.kernels._tree_build_triton import tree_kernel
+
+    return tree_kernel
+
+
+@lru_cache(maxsize=None)
+def _verify_kernel():
+    from repro.kernels._tree_build_triton import verify_kernel
+
+    return verify_kernel
+
+
+def build_trees_fused(topk: TopK, budget: int, root_tokens: torch.Tensor | None = None, num_warps: int = 8) -> DraftTree:
+    """``build_trees_from_topk`` in one Triton launch (budget <= MAX_BUDGET); same results."""
+    check_budget(budget)
+    bs, horizon, kt = topk.ids.shape
+    kb = min(budget, topk.vocab_size)
+    if kt < kb:
+        raise ValueError(f"topk must keep K >= min(budget, V) = {kb} ranks per depth (got K={kt})")
+    if budget > MAX_BUDGET:
+        raise ValueError(f"build_trees_fused takes budget <= {MAX_BUDGET} (got {budget}); use build_trees_from_topk")
+    dev = topk.ids.device
+    roots = _root_column(root_tokens, bs, dev)
+    if budget == 0:
+        return _root_only(roots, horizon, root_tokens is not None)
+    _check_code_room(horizon, budget)
+    depth = min(horizon, budget)
+    slot, rank = _tables(budget, kb, dev)
+    n_pairs = slot.numel()
+    fp = _pow2(budget)  # frontier slots per level (P >= B always)
+    # compile-time sizes depend on B (and the horizon's power of two) only, not on V or L
+    log_p = max(1, (len(_pairs_host_for(budget)) - 1).bit_length())
+    log_u = max(1, (_pow2(depth) * fp - 1).bit_length())
+    f64 = dict(dtype=torch.float64, device=dev)
+    i64 = dict(dtype=torch.int64, device=dev)
+    i32 = dict(dtype=torch.int32, device=dev)
+    scratch = (
+        torch.empty(bs * depth * fp, **f64), torch.empty(bs * depth * fp, **f64), torch.empty(bs * depth * fp, **i64),
+        torch.empty(bs * depth * fp, **i64), torch.empty(bs * depth * fp, **i64), torch.empty(bs * depth * fp, **i32),
+        torch.empty(bs * depth * fp, **i32), torch.empty(bs * (1 << log_u), **i32),
+    )
+    n = budget + 1
+    tokens, parents, depths = (torch.empty(bs, n, **i64) for _ in range(3))
+    scores = torch.empty(bs, n, **f64)
+    nodes = torch.empty(bs, **i64)
+    _kernel()[(bs,)](
+        topk.logits.contiguous(), topk.ids.contiguous(), topk.lse.contiguous(), roots,
+        slot, rank, n_pairs, *scratch,
+        tokens, parents, depths, scores, nodes, kt, horizon, kb, depth,
+        B=budget, FP=fp, LOG_P=log_p, LOG_U=log_u, num_warps=num_warps,
+    )
+    return DraftTree(tokens, parents, depths, nodes, scores, budget, horizon, root_tokens is not None)
+
+
+def verify_tensors_fused(
+    tree: DraftTree, prefix_lens: torch.Tensor, prefix_lens_sum: int, pad_token: int = 0, num_warps: int = 4
+) -> VerifyTensors:
+    """``repro.ddtree.verify_tensors`` in one Triton launch; same tensors, same layouts."""
+    if not tree.has_root:
+        raise ValueError("verify_tensors needs a tree built with root_tokens (got a tree without roots)")
+    bs, n = tree.tokens.shape
+    dev = tree.device
+    np_ = _pow2(n)
+    lens = prefix_lens.to(device=dev, dtype=torch.int64).contiguous()
+    i64 = dict(dtype=torch.int64, device=dev)
+    ids, pos, index, first, sibling = (torch.empty(bs * n, **i64) for _ in range(5))
+    anc = torch.empty(bs, n, n, dtype=torch.bool, device=dev)
+    full = torch.empty(n * prefix_lens_sum + bs * n * n, dtype=torch.bool, device=dev)
+    keys = torch.empty(bs * (np_ + 1), **i64)
+    _verify_kernel()[(bs,)](
+        tree.tokens.contiguous(), tree.parents.contiguous(), tree.depths.contiguous(), lens, bs,
+        min(tree.horizon, tree.budget), pad_token, ids, pos, anc, full, index, first, sibling, keys,
+        N=n, NP=np_, BS_P=min(_pow2(bs), 1024), COLS=1024, num_warps=num_warps,
+    )
+    view = lambda t: t.view(bs, n)  # noqa: E731
+    return VerifyTensors(ids, pos, anc, full, view(index), view(first), view(sibling))

@@ -1,0 +1,177 @@
+"""Benchmark the DDTree tree build on one device and write JSON: reference vs batched paths.
+
+    python -m verify.bench.bench_tree --out results/bench_tree.json            # defaults below
+    python -m verify.bench.bench_tree --bs 1 8 32 64 --budget 16 64 256 512
+
+For each (bs, B) at L = 15 and V = 163840 (Kimi's vocabulary) with bf16 drafter logits:
+- reference: torch top-K on the device, then the per-request best-first heap in Python
+  (``repro.ddtree.reference.heap_tree``), host wall time;
+- batched eager: ``topk_logprobs`` + ``build_trees_from_topk`` + ``verify_tensors``, CUDA events;
+- batched graph: the same captured once in a CUDA graph and replayed;
+- fused (GPU, B <= 512): Triton top-K + lse, the one-launch tree kernel and the one-launch verify
+  tensor kernel, captured in a graph;
+plus the split of the batched path into top-K / tree / verify tensors. All in one run, so the
+ratios are side by side. Absolute times are only meaningful on the GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from repro.ddtree import TopK, build_trees_from_topk, topk_logprobs, verify_tensors
+from repro.ddtree.reference import heap_tree
+from repro.kernels.tree_build import MAX_BUDGET, build_trees_fused, verify_tensors_fused
+
+
+def time_events(fn: Callable[[], object], iters: int, warmup: int = 3) -> float:
+    """Median microseconds of ``fn`` on the current CUDA stream (or wall time on CPU)."""
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(iters):
+        if torch.cuda.is_available():
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            samples.append(start.elapsed_time(end) * 1e3)
+        else:
+            t0 = time.perf_counter()
+            fn()
+            samples.append((time.perf_counter() - t0) * 1e6)
+    return statistics.median(samples)
+
+
+def time_graph(fn: Callable[[], object], iters: int) -> float:
+    """Median microseconds of one replay of ``fn`` captured in a CUDA graph."""
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return time_events(graph.replay, iters)
+
+
+def time_host(fn: Callable[[], object], iters: int) -> float:
+    """Median wall microseconds of ``fn`` including a device sync."""
+    samples = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        fn()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        samples.append((time.perf_counter() - t0) * 1e6)
+    return statistics.median(samples)
+
+
+def bench_one(bs: int, horizon: int, vocab: int, budget: int, iters: int, device: str) -> dict:
+    """All timings for one shape."""
+    g = torch.Generator(device=device).manual_seed(0)
+    logits = torch.randn(bs, horizon, vocab, device=device, generator=g).to(torch.bfloat16)
+    roots = torch.zeros(bs, dtype=torch.int64, device=device)
+    lens = torch.full((bs,), 1000, device=device)
+    lens_sum = 1000 * bs
+    k = min(budget, vocab)
+    topk = topk_logprobs(logits, k)
+    tree = build_trees_from_topk(topk, budget, roots)
+
+    def reference() -> None:
+        t = topk_logprobs(logits, k)
+        vals, ids, lse = t.logits.tolist(), t.ids.tolist(), t.lse.tolist()
+        for b in range(bs):
+            heap_tree(vals[b], ids[b], lse[b], budget, 0)
+
+    def whole() -> None:
+        verify_tensors(build_trees_from_topk(topk_logprobs(logits, k), budget, roots), lens, lens_sum)
+
+    parts = {
+        "topk": lambda: topk_logprobs(logits, k),
+        "tree_from_topk": lambda: build_trees_from_topk(topk, budget, roots),
+        "verify_tensors": lambda: verify_tensors(tree, lens, lens_sum),
+    }
+    row = {"bs": bs, "horizon": horizon, "vocab": vocab, "budget": budget}
+    row["reference_us"] = time_host(reference, max(1, iters // 10))
+    row["batched_eager_us"] = time_events(whole, iters)
+    if device == "cuda":
+        row["batched_graph_us"] = time_graph(whole, iters)
+        row.update({f"{name}_graph_us": time_graph(fn, iters) for name, fn in parts.items()})
+    row.update({f"{name}_eager_us": time_events(fn, iters) for name, fn in parts.items()})
+    best = row.get("batched_graph_us", row["batched_eager_us"])
+    row["reference_over_batched"] = row["reference_us"] / best
+    if device == "cuda" and budget <= MAX_BUDGET:
+        row.update(_fused(logits, topk, tree, roots, lens, lens_sum, budget, k, iters))
+        row["reference_over_fused"] = row["reference_us"] / row["fused_whole_graph_us"]
+    return row
+
+
+def _fused(logits, topk, tree, roots, lens, lens_sum, budget, k, iters) -> dict:
+    """Timings of the GPU-resident path: fused top-K + lse, fused tree, fused verify tensors."""
+    from repro.kernels.topk_lse import topk_lse
+
+    def fused_topk() -> TopK:
+        vals, ids, lse = topk_lse(logits, k)
+        return TopK(vals, ids, lse, logits.shape[-1])
+
+    def whole() -> None:
+        verify_tensors_fused(build_trees_fused(fused_topk(), budget, roots), lens, lens_sum)
+
+    return {
+        "fused_topk_graph_us": time_graph(fused_topk, iters),
+        "fused_tree_graph_us": time_graph(lambda: build_trees_fused(topk, budget, roots), iters),
+        "fused_verify_graph_us": time_graph(lambda: verify_tensors_fused(tree, lens, lens_sum), iters),
+        "fused_whole_graph_us": time_graph(whole, iters),
+        "fused_whole_eager_us": time_events(whole, iters),
+    }
+
+
+def _git() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the sweep, print a table and write JSON."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--bs", type=int, nargs="+", default=[32])
+    p.add_argument("--budget", type=int, nargs="+", default=[256])
+    p.add_argument("--horizon", type=int, default=15)
+    p.add_argument("--vocab", type=int, default=163840)
+    p.add_argument("--iters", type=int, default=50)
+    p.add_argument("--out", type=Path, default=Path("results/bench_tree.json"))
+    args = p.parse_args(argv)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    rows = []
+    for bs in args.bs:
+        for budget in args.budget:
+            row = bench_one(bs, args.horizon, args.vocab, budget, args.iters, device)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    result = {
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "commit": _git(),
+        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "command": "python -m verify.bench.bench_tree " + " ".join(sys.argv[1:] if argv is None else argv),
+        "rows": rows,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""`repro.kernels.tree_build` under the Triton interpreter (TRITON_INTERPRET=1, in a subprocess):
+the fused one-program-per-request tree equals `build_trees_from_topk` on small shapes."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+SCRIPT = r"""
+import torch
+from verify.kernel_cases import _fix_interpreter_for_numpy_2_4
+_fix_interpreter_for_numpy_2_4()
+from repro.ddtree import build_trees_from_topk, topk_logprobs
+from repro.kernels.tree_build import build_trees_fused
+g = torch.Generator().manual_seed(0)
+q = torch.tensor([[.05, .60, .25, .07, .03], [.50, .04, .10, .30, .06], [.08, .70, .12, .06, .04]])
+cases = [(q.log()[None], b) for b in (1, 3, 6)]
+for i in range(30):  # ties, random and flat rows; budgets past V pad the tree
+    L, V, B = (int(torch.randint(lo, hi, (1,), generator=g)) for lo, hi in ((1, 6), (1, 25), (0, 40)))
+    x = [torch.randint(-2, 3, (2, L, V), generator=g).float(), torch.randn(2, L, V, generator=g), torch.zeros(2, L, V)][i % 3]
+    cases.append((x, B))
+cases.append((torch.tensor([[[0.0, 0.0], [200.0, 0.0]]]), 4))  # certain token: prefix before extension
+for x, budget in cases:
+    topk = topk_logprobs(x, max(1, min(budget, x.shape[-1])))
+    roots = torch.arange(x.shape[0])
+    want, got = build_trees_from_topk(topk, budget, roots), build_trees_fused(topk, budget, roots)
+    for name in ("tokens", "parents", "depths", "scores", "num_nodes"):
+        assert torch.equal(getattr(want, name), getattr(got, name)), (x.shape, budget, name)
+print(f"{len(cases)} cases equal")
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
+def test_fused_tree_equals_batched_path_under_the_interpreter():
+    """Worked example, 30 seeded ties/random/flat cases and a certain-token case match exactly."""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "34 cases equal" in proc.stdout
+
+
+def test_budget_limit_is_a_clear_error():
+    """Budgets past MAX_BUDGET are refused with a ValueError pointing at the torch path."""
+    import torch
+
+    from repro.ddtree import topk_logprobs
+    from repro.kernels.tree_build import MAX_BUDGET, build_trees_fused
+
+    with pytest.raises(ValueError, match=rf"budget <= {MAX_BUDGET} \(got 1024\); use build_trees_from_topk"):
+        build_trees_fused(topk_logprobs(torch.randn(1, 2, 2000), 1024), 1024)
