@@ -21,6 +21,22 @@ demo: $(STAMP)  ## embedded end-to-end DDTree decode on a toy target + drafter (
 test: $(STAMP)  ## the verify suite: every tier this machine supports, the rest skip with a reason
 	HYPOTHESIS_PROFILE=ci $(PY) -m pytest verify --benchmark-skip -q
 
+# Every tier this machine supports (tests, then benchmarks: micro, and live ones when GPUs, SGLang
+# and models are there), then the handoff report saying which tiers ran and why others skipped.
+# Fails if a test failed; pytest's exit 5 (nothing collected) is not a failure.
+VERIFY_OUT ?= build/verify
+verify: $(STAMP)  ## all supported tiers + handoff report in $(VERIFY_OUT)/report/report.md
+	rm -rf $(VERIFY_OUT) && mkdir -p $(VERIFY_OUT)
+	HYPOTHESIS_PROFILE=ci $(PY) -m pytest verify --benchmark-skip -q \
+	  --junitxml=$(VERIFY_OUT)/junit-tests.xml; echo $$? > $(VERIFY_OUT)/rc-tests
+	REPRO_VERIFY_OUT=$(VERIFY_OUT) $(PY) -m pytest verify/bench --benchmark-only -q \
+	  --junitxml=$(VERIFY_OUT)/junit-bench.xml \
+	  --benchmark-json=$(VERIFY_OUT)/benchmarks.json; echo $$? > $(VERIFY_OUT)/rc-bench
+	$(VENV)/bin/repro report $(VERIFY_OUT) -o $(VERIFY_OUT)/report \
+	  --tiers $(VERIFY_OUT)/junit-tests.xml $(VERIFY_OUT)/junit-bench.xml
+	@cat $(VERIFY_OUT)/rc-tests $(VERIFY_OUT)/rc-bench | grep -qvx '[05]' \
+	  && { echo "make verify: a tier failed (see $(VERIFY_OUT)/report/report.md)"; exit 1; } || true
+
 golden-check: $(STAMP)
 	$(VENV)/bin/repro golden check
 

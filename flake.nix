@@ -61,7 +61,7 @@
         inherit pkgs;
         inherit (py) sglang-patched;
         venv = py.venvs.${default};
-        root = ./.;
+        src = self;
       };
       apps.${system} = import ./nix/apps.nix {
         inherit pkgs envs default;

@@ -19,7 +19,7 @@ let
           env.cudaHome
         ];
         text = ''
-          ${lib.concatStrings (lib.mapAttrsToList (k: v: "export ${k}=${lib.escapeShellArg v}\n") env.vars)}
+          ${env.exports}
           # shellcheck source=/dev/null
           source ${env.hook}
           repro doctor --target ${name}

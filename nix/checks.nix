@@ -3,13 +3,13 @@
   pkgs,
   venv,
   sglang-patched,
-  root,
+  src,
 }:
 let
   inSource =
     name: script:
     pkgs.runCommand "repro-check-${name}" { nativeBuildInputs = [ venv ]; } ''
-      cp -r ${root} src && chmod -R u+w src && cd src
+      cp -r ${src} src && chmod -R u+w src && cd src
       export HOME=$TMPDIR HYPOTHESIS_PROFILE=ci
       ${script}
       touch $out
@@ -19,7 +19,9 @@ in
   # The series applies, in order, to the pinned sglang wheel (uv.lock's hash).
   inherit sglang-patched;
   # The CPU tier of the verify suite on the locked stack (the nix tier needs nix itself).
-  cpu-tier = inSource "cpu-tier" "python -m pytest verify/cpu -q -p no:cacheprovider --benchmark-skip -m 'not nix'";
+  cpu-tier = inSource "cpu-tier" ''
+    python -m pytest verify/cpu -q -p no:cacheprovider --benchmark-skip -m 'not nix'
+  '';
   # The golden tensors match their manifest hashes.
   golden = inSource "golden" "repro golden check";
 }

@@ -42,9 +42,10 @@ lib.genAttrs cudaWheels ignoreSiblings
   # SGLang after 0.5.9 is wheel-only: patch the installed tree, exactly as `repro patch apply`.
   sglang = prev.sglang.overrideAttrs (old: {
     postInstall = (old.postInstall or "") + ''
-      PYTHONPATH=${patchSrc} ${python.interpreter} -S -c \
-        'import pathlib, sys; from repro.patch import run; run(pathlib.Path(sys.argv[1]), "apply")' \
-        "$out/${site}"
+      PYTHONPATH=${patchSrc} ${python.interpreter} -S -c '
+      import pathlib, sys
+      from repro.patch import run
+      run(pathlib.Path(sys.argv[1]), "apply")' "$out/${site}"
     '';
   });
 }

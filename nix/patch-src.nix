@@ -14,9 +14,13 @@ let
     let
       m = builtins.match "[[:space:]]*([^[:space:]]+)[[:space:]]*" l;
     in
-    if m == null then throw "${series}/series: expected one file name per line, got `${l}`" else builtins.head m;
+    if m == null then
+      throw "${series}/series: expected one file name per line, got `${l}`"
+    else
+      builtins.head m;
   isEntry = l: builtins.match "[[:space:]]*(#.*)?" l == null;
-  listed = map entry (lib.filter isEntry (lib.splitString "\n" (builtins.readFile (dir + "/series"))));
+  lines = lib.splitString "\n" (builtins.readFile (dir + "/series"));
+  listed = map entry (lib.filter isEntry lines);
   onDisk = lib.filter (lib.hasSuffix ".patch") (builtins.attrNames (builtins.readDir dir));
   orphans = lib.filter (f: !(builtins.elem f listed)) onDisk;
   missing = lib.filter (f: !(builtins.elem f onDisk)) listed;

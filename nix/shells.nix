@@ -18,7 +18,7 @@ let
           env.cudaHome
           pkgs.ninja
         ];
-        shellHook = "source ${env.hook}";
+        shellHook = env.exports + "source ${env.hook}\n";
       }
     );
   shells = builtins.mapAttrs shell envs;

@@ -15,8 +15,8 @@ import threading
 import time
 import uuid
 from collections import deque
-from dataclasses import asdict
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from repro.results import (HEADERS, Cell, ResultsWriter, finished, format_table,
                            summarize, table_rows)
 from repro.sglang_client import Client
 from repro.sglang_server import SGLangServer, free_port, sigterm_as_interrupt
+from repro.stack import fingerprint
 
 INCOMPLETE = 3  # exit code: stopped at --time-limit; rerun with --resume
 
@@ -149,9 +150,11 @@ class Runner:
                  deadline: float | None) -> None:
         self.writer, self.session, self.progress, self.deadline = writer, session, progress, deadline
         self.stopped = False  # set once the time limit is reached
+        self.slowest_start = 0.0  # seconds the slowest server took to become healthy
 
-    def out_of_time(self) -> bool:
-        return self.deadline is not None and time.monotonic() > self.deadline
+    def out_of_time(self, margin: float = 0.0) -> bool:
+        """True when less than ``margin`` seconds are left before the time limit."""
+        return self.deadline is not None and time.monotonic() + margin > self.deadline
 
     def run_cell(self, client: Client, cell: Cell, indices: list[int],
                  payload: Callable[[int, float], dict[str, Any]],
@@ -221,8 +224,6 @@ def _payload_builder(prompt_set: PromptSet, profile: Profile, root: Path,
 
 def _run_record(session: str, profiles: list[Profile]) -> dict[str, Any]:
     """Where the numbers come from: stack fingerprint, GPU topology, the profiles as run."""
-    from repro.stack import fingerprint
-
     stack = fingerprint()
     text, why = gpuinfo.run_tool(["nvidia-smi", "topo", "-m"])
     if text is None:
@@ -245,16 +246,13 @@ def main(args: argparse.Namespace) -> int:
     profiles = [known[name] for name in args.profiles]
     root = models_dir(args.models_dir)
     prompt_set = load_prompts(args.prompts)
+    plan = [] if args.url else [(v, _cells(v, prompt_set, args)) for p in profiles
+                                for v in _variants(p, args.algorithms, args.budgets)]
     writer = ResultsWriter(args.output, resume=args.resume)
     done = finished(read_records(args.output))
-    if args.url:
-        total, already = len(args.concurrency) * len(args.temperatures) * args.num_prompts, 0
-        plan = []
-    else:
-        plan = [(v, _cells(v, prompt_set, args)) for p in profiles
-                for v in _variants(p, args.algorithms, args.budgets)]
-        work = [(c.key, i) for _, cells in plan for c in cells for i in range(args.num_prompts)]
-        total, already = len(work), sum(1 for w in work if w in done)
+    work = [(c.key, i) for _, cells in plan for c in cells for i in range(args.num_prompts)]
+    total = len(work) or len(args.concurrency) * len(args.temperatures) * args.num_prompts
+    already = sum(1 for w in work if w in done)
     session = uuid.uuid4().hex
     deadline = time.monotonic() + args.time_limit if args.time_limit else None
     runner = Runner(writer, session, Progress(total, already), deadline)
@@ -268,7 +266,7 @@ def main(args: argparse.Namespace) -> int:
                         for c in cells}
                 if not any(todo.values()):
                     continue
-                if runner.out_of_time():
+                if runner.out_of_time(margin=1.5 * runner.slowest_start):  # room for a start
                     runner.stopped = True
                 if runner.stopped:
                     break
@@ -305,6 +303,7 @@ def _bench_server(runner: Runner, profile: Profile, root: Path, prompt_set: Prom
     print(f"bench: starting {profile.name} ({profile.label}), log {log}", file=sys.stderr)
     with server:
         took = server.wait_healthy(args.start_timeout or profile.start_timeout)
+        runner.slowest_start = max(runner.slowest_start, took)
         runner.writer.append({"kind": "server", "session": runner.session, "profile": profile.name,
                               "label": profile.label, "start_s": took,
                               "server_info": server.client.server_info()})

@@ -20,6 +20,8 @@ VERBS: dict[str, str] = {
     "patch": "apply, check or revert the DDTree patch series on the pinned SGLang",
     "wheelhouse": "download, hash-check and pack the pinned serving wheels for an offline GPU host",
     "install-offline": "install a wheelhouse with no network, checking every hash",
+    "doctor": "check this machine against the pinned stack: GPU, driver, versions, toolchain, cubins",
+    "cubins": "list the GPU architectures the sglang-kernel libraries carry code for",
     "serve": "run SGLang for a deployment profile on 127.0.0.1 until Ctrl-C",
     "bench": "benchmark AR vs DFLASH vs DDTREE (and TP vs EP) against SGLang from profiles",
     "report": "write the Markdown/JSON/PNG handoff report from bench results and verify tiers",

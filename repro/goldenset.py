@@ -186,12 +186,26 @@ def _derive_reference(inputs: dict[str, torch.Tensor], budget: int) -> dict[str,
     return out
 
 
-def mismatches(expected: dict[str, torch.Tensor], got: dict[str, torch.Tensor]) -> list[str]:
-    """Names of outputs that differ (shape, dtype or any value; NaN-free by construction)."""
+SCORE_ATOL = 1e-4
+"""Prefix scores computed on another backend may differ by this much: each backend rounds its
+per-depth logsumexp to float32 on its own (a few ulps of |lse| <= 32, summed over <= 15 depths)."""
+
+
+def mismatches(expected: dict[str, torch.Tensor], got: dict[str, torch.Tensor], score_atol: float = 0.0) -> list[str]:
+    """Names of outputs that differ (shape, dtype or any value; NaN-free by construction).
+
+    ``score_atol`` > 0 (use SCORE_ATOL) lets prefix scores move by lse rounding; trees, masks,
+    pointers and walks must still match exactly.
+    """
     bad = []
     for k in OUTPUTS:
         e, g = expected[k], got[k]
-        if e.shape != g.shape or e.dtype != g.dtype or not torch.equal(e, g):
+        if e.shape != g.shape or e.dtype != g.dtype:
+            bad.append(k)
+        elif k == "scores" and score_atol > 0:
+            if not torch.allclose(e, g, rtol=0.0, atol=score_atol, equal_nan=False):
+                bad.append(k)
+        elif not torch.equal(e, g):
             bad.append(k)
     return bad
 

@@ -17,6 +17,7 @@ from typing import Any
 QUERY_FIELDS = "index,name,compute_cap,driver_version,memory.total,pci.bus_id"
 _GPU = re.compile(r"^GPU\d+$")
 _NVLINK = re.compile(r"^NV\d+$")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")  # some nvidia-smi versions underline the header
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,7 @@ def parse_topology(text: str) -> dict[tuple[int, int], str]:
     """Links between GPU pairs from ``nvidia-smi topo -m``: ``{(0, 1): "NV18", ...}`` (i < j)."""
     n = 0
     links: dict[tuple[int, int], str] = {}
-    for line in text.splitlines():
+    for line in _ANSI.sub("", text).splitlines():
         tokens = line.split()
         if not n and line[:1].isspace() and tokens and _GPU.match(tokens[0]):
             n = sum(1 for t in tokens if _GPU.match(t))  # the header row: "\tGPU0\tGPU1\t..."

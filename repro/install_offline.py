@@ -34,7 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lock", type=Path, default=UV_LOCK,
                         help="uv.lock to re-check the wheel hashes against (skipped when absent)")
     parser.add_argument("--force", action="store_true",
-                        help="also restore installed files that differ from the wheelhouse (undoes `repro patch apply`)")
+                        help="also restore installed files that differ from the wheelhouse "
+                             "(undoes `repro patch apply`)")
 
 
 def _check_archives(directory: Path, manifest: offline.Manifest) -> None:
@@ -50,7 +51,10 @@ def _check_lock(lock_path: Path, manifest: offline.Manifest) -> str:
     """One line on wheel provenance; ReproError when a wheel's hash differs from the lock's."""
     if not lock_path.is_file():
         return f"{lock_path} not found: wheel hashes not re-checked against uv.lock"
-    lock = load_lock(lock_path)
+    try:
+        lock = load_lock(lock_path)
+    except ValueError as exc:
+        raise ReproError(str(exc)) from None
     wheels = [a for a in manifest.archives if a.wheel]
     for archive in wheels:
         locked = lock.wheel(archive.wheel or "")
@@ -136,7 +140,8 @@ def main(args: argparse.Namespace) -> int:
             print(f"  already installed  {archive.title} ({len(files)} files)")
         if changed and not args.force:
             kept += len(changed)
-            notes.append(f"{archive.title}: kept {len(changed)} changed files, e.g. {changed[0]} (--force restores them)")
+            notes.append(f"{archive.title}: kept {len(changed)} changed files, e.g. {changed[0]} "
+                         "(--force restores them)")
     for note in notes:
         print(f"  {note}")
     changed_note = f", except {kept} changed files kept as they are" if kept else ""

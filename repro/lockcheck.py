@@ -2,8 +2,8 @@
 
 Each ``*_problems`` function takes parsed files and returns one line per problem (empty when
 consistent): ``flake.lock`` against the inputs ``flake.nix`` declares, ``uv.lock`` and the ``gpu``
-extra against ``repro/data/stack.toml``, and each evaluated devShell's environment against its
-target. Reading the files and running ``nix`` is the caller's business (``verify/cpu``).
+extra against the pinned stack (:mod:`repro.stack`), and each evaluated devShell's environment
+against its target. Reading the files and running ``nix`` is the caller's business (``verify/cpu``).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-# stack.toml [stack] keys that name a wheel pinned exactly in uv.lock and the gpu extra.
-PINNED = ("torch", "sglang", "sglang-kernel", "flashinfer-python", "triton", "transformers")
-GPU_EXTRA = "gpu"
+from repro.stack import Stack, Target, format_capability
+
+GPU_EXTRA = "gpu"  # the pyproject.toml extra that is the pinned stack
 # The only host driver libraries a shell links into its private directory (never all of /usr/lib).
 DRIVER_LIBS = (
     "libcuda.so*",
@@ -154,10 +154,10 @@ def _file_problems(pkg: Mapping[str, Any]) -> list[str]:
 
 
 def uv_lock_problems(
-    stack: Mapping[str, Any], pyproject: Mapping[str, Any], uvlock: Mapping[str, Any]
+    stack: Stack, pyproject: Mapping[str, Any], uvlock: Mapping[str, Any]
 ) -> list[str]:
     """Problems of uv.lock and pyproject's ``gpu`` extra against stack.toml's pins."""
-    pins = {name: stack["stack"][name] for name in PINNED}
+    pins = stack.packages
     problems = []
     extra = pyproject["project"].get("optional-dependencies", {}).get(GPU_EXTRA, [])
     want_extra = sorted(f"{name}=={version}" for name, version in pins.items())
@@ -181,10 +181,8 @@ def uv_lock_problems(
         ):
             problems.append(f"uv.lock: {name} {version} has no cp312 manylinux x86_64 wheel")
     toolkit = [p["version"] for p in by_name.get("cuda-toolkit", [])]
-    if [v.rsplit(".", 1)[0] for v in toolkit] != [stack["stack"]["cuda"]]:
-        problems.append(
-            f"uv.lock: cuda-toolkit must be one {stack['stack']['cuda']}.x wheel (got {toolkit})"
-        )
+    if [v.rsplit(".", 1)[0] for v in toolkit] != [stack.cuda]:
+        problems.append(f"uv.lock: cuda-toolkit must be one {stack.cuda}.x wheel (got {toolkit})")
     project = next((p for p in packages if p["name"] == pyproject["project"]["name"]), None)
     requested = {
         (r["name"], r.get("specifier"))
@@ -197,36 +195,36 @@ def uv_lock_problems(
     return problems
 
 
-def target_problems(targets: Mapping[str, Any]) -> list[str]:
+def target_problems(targets: Mapping[str, Target]) -> list[str]:
     """Problems of stack.toml's targets: arch lists must follow from the capabilities."""
     problems = []
     for name, t in sorted(targets.items()):
-        caps = t["capabilities"]
+        caps = [format_capability(c) for c in t.capabilities]
         want = {
-            "torch-cuda-arch-list": ";".join(caps),
-            "flashinfer-cuda-arch-list": " ".join(f"{c}a" for c in caps),
+            "torch-cuda-arch-list": (t.torch_cuda_arch_list, ";".join(caps)),
+            "flashinfer-cuda-arch-list": (
+                t.flashinfer_cuda_arch_list,
+                " ".join(f"{c}a" for c in caps),
+            ),
         }
-        for key, value in want.items():
-            if t.get(key) != value:
-                problems.append(
-                    f"stack.toml: targets.{name}.{key} must be {value!r} (got {t.get(key)!r})"
-                )
+        for key, (got, value) in want.items():
+            if got != value:
+                problems.append(f"stack.toml: targets.{name}.{key} must be {value!r} (got {got!r})")
     return problems
 
 
-def shell_env_problems(
-    stack: Mapping[str, Any], shells: Mapping[str, Mapping[str, str]]
-) -> list[str]:
+def shell_env_problems(stack: Stack, shells: Mapping[str, Mapping[str, str]]) -> list[str]:
     """Problems of the evaluated devShells' environments against stack.toml."""
-    targets = stack["targets"]
-    problems = [f"flake: no devShell for target {n}" for n in sorted(set(targets) - set(shells))]
-    for name in sorted(set(targets) & set(shells)):
-        t, env = targets[name], shells[name]
+    problems = [
+        f"flake: no devShell for target {n}" for n in sorted(set(stack.targets) - set(shells))
+    ]
+    for name in sorted(set(stack.targets) & set(shells)):
+        t, env = stack.targets[name], shells[name]
         want = {
             "REPRO_TARGET": name,
-            "REPRO_CAPABILITIES": " ".join(t["capabilities"]),
-            "TORCH_CUDA_ARCH_LIST": t["torch-cuda-arch-list"],
-            "FLASHINFER_CUDA_ARCH_LIST": t["flashinfer-cuda-arch-list"],
+            "REPRO_CAPABILITIES": " ".join(format_capability(c) for c in t.capabilities),
+            "TORCH_CUDA_ARCH_LIST": t.torch_cuda_arch_list,
+            "FLASHINFER_CUDA_ARCH_LIST": t.flashinfer_cuda_arch_list,
             "REPRO_DRIVER_LIBS": " ".join(DRIVER_LIBS),
         }
         for key, value in want.items():
@@ -235,8 +233,8 @@ def shell_env_problems(
         suffixes = {
             "CC": "/bin/cc",
             "TRITON_PTXAS_PATH": "/bin/ptxas",
-            "C_INCLUDE_PATH": f"/include/python{stack['stack']['python']}",
-            "CUDA_HOME": f"-cuda-home-{stack['stack']['cuda']}",
+            "C_INCLUDE_PATH": f"/include/python{stack.python}",
+            "CUDA_HOME": f"-cuda-home-{stack.cuda}",
         }
         for key, suffix in suffixes.items():
             value = env.get(key) or ""

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from repro.results import CellSummary
+from repro.results import CellSummary, label_order
 from repro.verdicts import TpEpPoint
 
 
@@ -22,9 +22,22 @@ def _pyplot() -> Any:
     return plt
 
 
-def _grid(plt: Any, rows: int, cols: int) -> tuple[Any, Any]:
-    fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 3.8 * rows), squeeze=False)
-    return fig, axes
+def _grid(plt: Any, panels: int) -> tuple[Any, list[Any]]:
+    """A figure with ``panels`` axes, two per row; spare axes are hidden."""
+    cols = min(panels, 2)
+    rows = -(-panels // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(6.4 * cols, 4.2 * rows), squeeze=False)
+    flat = [ax for row in axes for ax in row]
+    for ax in flat[panels:]:
+        ax.set_visible(False)
+    return fig, flat[:panels]
+
+
+def _log2_axis(ax: Any, values: list[int]) -> None:
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted(set(values)))
+    ax.set_xticklabels([str(v) for v in sorted(set(values))])
+    ax.minorticks_off()
 
 
 def _save(fig: Any, path: Path) -> None:
@@ -40,25 +53,24 @@ def speedup_vs_budget(summaries: list[CellSummary], path: Path) -> str | None:
         return "no DDTREE cell has an AR baseline to compute a speedup from"
     panels = sorted({(s.cell.profile, s.cell.temperature) for s in tree})
     plt = _pyplot()
-    fig, axes = _grid(plt, 1, len(panels))
-    for ax, (profile, temp) in zip(axes[0], panels):
+    fig, axes = _grid(plt, len(panels))
+    for ax, (profile, temp) in zip(axes, panels):
         here = [s for s in summaries if (s.cell.profile, s.cell.temperature) == (profile, temp)]
         for k, conc in enumerate(sorted({s.cell.concurrency for s in here})):
             color = f"C{k}"
             pts = sorted((s.cell.budget, s.speedup) for s in here if s.cell.algorithm == "DDTREE"
                          and s.cell.concurrency == conc and s.speedup is not None)
             if pts:
-                ax.plot(*zip(*pts), marker="o", color=color, label=f"DDTREE c={conc}")
+                ax.plot(*zip(*pts), marker="o", color=color, label=f"c={conc}")
             for s in here:
                 if s.cell.algorithm == "DFLASH" and s.cell.concurrency == conc and s.speedup:
-                    ax.axhline(s.speedup, color=color, linestyle="--", linewidth=1,
-                               label=f"DFLASH c={conc}")
+                    ax.axhline(s.speedup, color=color, linestyle="--", linewidth=1)
         ax.axhline(1.0, color="gray", linewidth=0.8)
-        ax.set_xscale("log", base=2)
+        _log2_axis(ax, [s.cell.budget for s in here if s.cell.algorithm == "DDTREE"])
         ax.set_xlabel("DDTree budget B (non-root nodes)")
         ax.set_ylabel("output tok/s over AR")
-        ax.set_title(f"{profile}, T={temp:g}")
-        ax.legend(fontsize=7)
+        ax.set_title(f"{profile}, T={temp:g}: DDTREE solid, DFLASH dashed", fontsize=10)
+        ax.legend(fontsize=8, title="concurrency", title_fontsize=8)
         ax.grid(alpha=0.3)
     _save(fig, path)
     return None
@@ -71,16 +83,17 @@ def tau_histogram(summaries: list[CellSummary], path: Path) -> str | None:
         return "no speculative cell reported spec_verify_ct, so there is no tau to plot"
     profiles = sorted({s.cell.profile for s in spec})
     plt = _pyplot()
-    fig, axes = _grid(plt, 1, len(profiles))
-    for ax, profile in zip(axes[0], profiles):
+    fig, axes = _grid(plt, len(profiles))
+    for ax, profile in zip(axes, profiles):
         mine = [s for s in spec if s.cell.profile == profile]
         temp = min(s.cell.temperature for s in mine)
         groups: dict[str, list[float]] = {}
-        for s in sorted(mine, key=lambda s: (s.cell.algorithm, s.cell.budget or 0)):
+        for s in sorted(mine, key=lambda s: label_order(s.cell.label)):
             if s.cell.temperature == temp:
                 groups.setdefault(s.cell.label, []).extend(s.taus)
+        low = int(min(min(v) for v in groups.values()) * 4) / 4
         top = max(max(v) for v in groups.values())
-        bins = [0.5 + 0.25 * i for i in range(int((top + 0.5) / 0.25) + 2)]
+        bins = [low + 0.25 * i for i in range(int((top - low) / 0.25) + 2)]
         for label, taus in groups.items():
             ax.hist(taus, bins=bins, histtype="step", linewidth=1.5,
                     label=f"{label} (mean {sum(taus) / len(taus):.2f})")
@@ -98,15 +111,15 @@ def tp_ep_throughput(points: list[TpEpPoint], path: Path) -> str | None:
         return "no cell was measured on both a TP and a TP+EP profile of one machine"
     panels = sorted({(p.machine, p.temperature) for p in points})
     plt = _pyplot()
-    fig, axes = _grid(plt, 1, len(panels))
-    for ax, (machine, temp) in zip(axes[0], panels):
+    fig, axes = _grid(plt, len(panels))
+    for ax, (machine, temp) in zip(axes, panels):
         here = [p for p in points if (p.machine, p.temperature) == (machine, temp)]
-        for k, label in enumerate(sorted({p.label for p in here})):
+        for k, label in enumerate(sorted({p.label for p in here}, key=label_order)):
             line = sorted((p.concurrency, p.tp_tok_s, p.ep_tok_s) for p in here if p.label == label)
             conc, tp, ep = zip(*line)
             ax.plot(conc, tp, marker="o", color=f"C{k}", label=f"{label} TP")
             ax.plot(conc, ep, marker="s", color=f"C{k}", linestyle="--", label=f"{label} TP+EP")
-        ax.set_xscale("log", base=2)
+        _log2_axis(ax, [p.concurrency for p in here])
         ax.set_xlabel("concurrency (closed-loop clients)")
         ax.set_ylabel("output tok/s")
         ax.set_title(f"{machine}: {here[0].tp_profile} vs {here[0].ep_profile}, T={temp:g}",

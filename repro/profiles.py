@@ -62,6 +62,7 @@ class Profile:
     start_timeout: float = 900.0
     launch_module: str = "sglang.launch_server"
     sglang: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)  # "{models}" stands for the models directory
 
     @property
     def label(self) -> str:
@@ -176,7 +177,7 @@ _PROFILE_KEYS = {
     "description", "target", "machine", "interconnect", "model", "drafter", "tp", "ep",
     "moe-a2a-backend", "algorithm", "budget", "attention-backend", "draft-attention-backend",
     "cuda-graph-bs", "tokenizer", "load-format", "port", "start-timeout", "thresholds", "sglang",
-    "launch-module",
+    "launch-module", "env",
 }
 
 
@@ -222,6 +223,10 @@ def _profile(name: str, data: dict[str, Any], where: str, targets: dict[str, Tar
         if not isinstance(value, scalar) and not (
                 isinstance(value, list) and all(isinstance(v, scalar) for v in value)):
             t.fail(f"sglang.{key}", f"must be a string, number, boolean or list (got {value!r})")
+    env = t.get("env", dict, default={})
+    for key, value in env.items():
+        if not isinstance(value, str):
+            t.fail(f"env.{key}", f"must be a string (got {value!r})")
     defaults = targets[target]
     return Profile(
         name=name, model=t.get("model", str, required=True), target=target, tp=tp,
@@ -237,7 +242,7 @@ def _profile(name: str, data: dict[str, Any], where: str, targets: dict[str, Tar
         load_format=t.get("load-format", str, "auto"), port=port,
         start_timeout=float(start_timeout), launch_module=t.get("launch-module", str,
                                                                  "sglang.launch_server"),
-        sglang=dict(sglang),
+        sglang=dict(sglang), env=dict(env),
     )
 
 

@@ -18,7 +18,8 @@ from typing import Any
 from repro import plots
 from repro.errors import UsageError
 from repro.profiles import Profile, load_profiles, load_thresholds
-from repro.results import HEADERS, format_table, load_records, summarize, table_rows
+from repro.results import (HEADERS, format_table, load_records, results_files, summarize,
+                           table_rows)
 from repro.verdicts import FAIL, judge, tp_ep_points
 
 PLOTS = {"speedup_vs_budget.png": "DDTree speedup over AR vs budget (DFLASH dashed)",
@@ -138,11 +139,14 @@ def _markdown(data: dict[str, Any], summaries: list[Any]) -> str:
         out += [f"Machine {i}:", "", *_fingerprint_md(entry), ""]
     out += ["## Verdicts", ""]
     if data["verdicts"]:
+        sources = list(dict.fromkeys(v["source"] for v in data["verdicts"]))
         rows = [[v["check"], v["subject"], "-" if v["value"] is None else f"{v['value']:.3g}",
                  v["bound"] or "-", v["status"].upper() if v["status"] == FAIL else v["status"],
-                 v["source"]] for v in data["verdicts"]]
+                 f"[{sources.index(v['source']) + 1}]"] for v in data["verdicts"]]
         out.append(format_table(("check", "subject", "value", "bound", "status", "source"), rows,
                                 markdown=True))
+        out += ["", "Sources (from repro/data/thresholds.toml unless said otherwise):", "",
+                *(f"{i}. {source}" for i, source in enumerate(sources, 1))]
     else:
         out.append("No benchmark results: nothing to judge.")
     out += ["", "## Benchmarks", ""]
@@ -172,7 +176,7 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError("give RESULTS files or directories, --tiers JUNIT_XML, or both")
     missing = [p for p in [*args.results, *args.tiers] if not p.exists()]
     if missing:
-        raise UsageError(f"RESULTS: {missing[0]} does not exist")
+        raise UsageError(f"{missing[0]} does not exist")
     records = load_records(args.results)
     summaries = summarize(records)
     profiles = _profiles(records, args.profile_file)
@@ -180,14 +184,17 @@ def main(args: argparse.Namespace) -> int:
     points = tp_ep_points(summaries, profiles)
     out_dir = args.output_dir
     out_dir.mkdir(parents=True, exist_ok=True)
-    drawn = {
-        "speedup_vs_budget.png": plots.speedup_vs_budget(summaries, out_dir / "speedup_vs_budget.png"),
-        "tau_histogram.png": plots.tau_histogram(summaries, out_dir / "tau_histogram.png"),
-        "tp_vs_ep_throughput.png": plots.tp_ep_throughput(points, out_dir / "tp_vs_ep_throughput.png"),
-    }
+    drawn = {name: draw(out_dir / name) for name, draw in {
+        "speedup_vs_budget.png": lambda path: plots.speedup_vs_budget(summaries, path),
+        "tau_histogram.png": lambda path: plots.tau_histogram(summaries, path),
+        "tp_vs_ep_throughput.png": lambda path: plots.tp_ep_throughput(points, path),
+    }.items()}
+    for name, note in drawn.items():
+        if note is not None:  # no stale figure from an earlier report in the same directory
+            (out_dir / name).unlink(missing_ok=True)
     data = {
         "written": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "results": [str(p) for p in args.results],
+        "results": [str(p) for p in results_files(args.results)],
         "requests": sum(1 for r in records if r.get("kind") == "request"),
         "tiers": read_tiers(args.tiers), "fingerprints": _fingerprints(records),
         "verdicts": [asdict(v) for v in verdicts],

@@ -40,6 +40,15 @@ class Cell:
         return f"{self.algorithm} B={self.budget}" if self.algorithm == "DDTREE" else self.algorithm
 
 
+ALGORITHM_ORDER = {"AR": 0, "DFLASH": 1, "DDTREE": 2}
+
+
+def label_order(label: str) -> tuple[int, int]:
+    """Sort key of a cell label: AR, DFLASH, then DDTREE by budget (``"DDTREE B=16"``)."""
+    algorithm, _, budget = label.partition(" B=")
+    return ALGORITHM_ORDER.get(algorithm, 3), int(budget or 0)
+
+
 class ResultsWriter:
     """Append-only, fsync-per-line JSONL writer, safe to call from several threads."""
 
@@ -93,14 +102,14 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     return records
 
 
+def results_files(paths: Iterable[Path]) -> list[Path]:
+    """The files named, a directory standing for the ``*.jsonl`` files in it."""
+    return [f for p in paths for f in (sorted(p.glob("*.jsonl")) if p.is_dir() else [p])]
+
+
 def load_records(paths: Iterable[Path]) -> list[dict[str, Any]]:
-    """Records of every file; a directory stands for the ``*.jsonl`` files in it."""
-    records: list[dict[str, Any]] = []
-    for path in paths:
-        files = sorted(path.glob("*.jsonl")) if path.is_dir() else [path]
-        for file in files:
-            records.extend(read_records(file))
-    return records
+    """Records of every results file of :func:`results_files`."""
+    return [r for f in results_files(paths) for r in read_records(f)]
 
 
 def finished(records: Iterable[dict[str, Any]]) -> set[tuple[str, int]]:
@@ -164,11 +173,10 @@ def summarize(records: Iterable[dict[str, Any]]) -> list[CellSummary]:
             cell = Cell(**r["cell"])
             cells.setdefault(cell.key, cell)
             by_cell.setdefault(cell.key, []).append(r)
-    order = {"AR": 0, "DFLASH": 1, "DDTREE": 2}
     summaries = sorted(
         (_summary(cells[k], rows) for k, rows in by_cell.items()),
         key=lambda s: (s.cell.profile, s.cell.prompts, s.cell.temperature,
-                       order.get(s.cell.algorithm, 3), s.cell.budget or 0, s.cell.concurrency))
+                       label_order(s.cell.label), s.cell.concurrency))
     baseline = {(s.cell.profile, s.cell.concurrency, s.cell.temperature, s.cell.prompts,
                  s.cell.max_new_tokens): s.output_tok_s
                 for s in summaries if s.cell.algorithm == "AR"}

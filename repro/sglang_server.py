@@ -71,8 +71,15 @@ def server_argv(profile: Profile, port: int, models_root: Path,
     return argv
 
 
+def server_env(profile: Profile, models_root: Path) -> dict[str, str]:
+    """The server's environment: ours (NCCL settings included), loopback unproxied, profile's env."""
+    extra = {k: v.replace("{models}", str(models_root)) for k, v in profile.env.items()}
+    return {**os.environ, "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost",
+            "PYTHONUNBUFFERED": "1", **extra}
+
+
 def check_models(profile: Profile, models_root: Path) -> None:
-    """Raise a UsageError naming the first model directory of ``profile`` that does not exist."""
+    """Raise a UsageError naming the first model directory or env file of ``profile`` missing."""
     needed = [("model", profile.model)]
     if profile.algorithm != "AR" and profile.drafter:
         needed.append(("drafter", profile.drafter))
@@ -81,6 +88,11 @@ def check_models(profile: Profile, models_root: Path) -> None:
         if not path.is_dir():
             raise UsageError(f"profile {profile.name!r}: {key} directory {path} does not exist "
                              f"(set --models-dir or $REPRO_MODELS_DIR)")
+    for key, value in profile.env.items():
+        path = Path(value.replace("{models}", str(models_root)))
+        if "{models}" in value and not path.exists():
+            raise UsageError(f"profile {profile.name!r}: env {key} names {path}, which does not "
+                             f"exist (set --models-dir or $REPRO_MODELS_DIR)")
 
 
 def port_is_free(port: int) -> bool:
@@ -156,6 +168,7 @@ class SGLangServer:
             log.flush()
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
                                          stderr=subprocess.STDOUT, start_new_session=True,
+                                         env=server_env(self.profile, self.models_root),
                                          preexec_fn=_die_with_parent)
 
     def failure(self, what: str) -> ReproError:
@@ -178,17 +191,18 @@ class SGLangServer:
         except subprocess.TimeoutExpired:
             return None
 
-    def wait_healthy(self, timeout: float, poll: float = 1.0) -> float:
+    def wait_healthy(self, timeout: float) -> float:
         """Block until ``/health`` answers 200; return the seconds it took."""
-        start = time.monotonic()
+        start, poll = time.monotonic(), 0.1
         while True:
             self.check_alive()
-            if self.client.healthy(timeout=max(poll, 5.0)):
+            if self.client.healthy(timeout=30.0):
                 return time.monotonic() - start
             if time.monotonic() - start > timeout:
                 raise self.failure(f"was not healthy after {timeout:.0f} s (raise the profile's "
                                    f"start-timeout or --start-timeout)")
             time.sleep(poll)
+            poll = min(2.0, poll * 1.5)  # quick for a fast start, quiet in a long model load
 
     def stop(self) -> int | None:
         """SIGTERM the process group, SIGKILL it after the grace period; return the exit code."""

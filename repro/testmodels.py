@@ -20,8 +20,12 @@ outputs depend on the whole context (attention masks, KV commit), compared up to
 Also written: a *random* Qwen3 target (N(0, 0.02), lm_head N(0, 0.1)), a DFlash drafter with
 random weights, and the drafter test-hook file (repro.sglang_glue.test_hook).
 
-Usage: ``python -m repro.testmodels OUT_DIR`` writes ``planted/``, ``random/``, ``dflash/`` and
-``hook.json`` under OUT_DIR.
+A DeepseekV3 / Kimi-shaped target (MLA + MoE) comes in both flavours: ``mla-planted`` (inert
+layers, the planted embeddings and head: the same exact outputs through the MLA and MoE code)
+and ``mla-random``.
+
+Usage: ``python -m repro.testmodels OUT_DIR`` writes ``planted/``, ``random/``,
+``mla-planted/``, ``mla-random/``, ``dflash/`` and ``hook.json`` under OUT_DIR.
 """
 
 from __future__ import annotations
@@ -57,6 +61,50 @@ QWEN3 = {
     "use_sliding_window": False,
     "sliding_window": None,
     "max_window_layers": 4,
+    "initializer_range": 0.02,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "use_cache": True,
+    "torch_dtype": "bfloat16",
+}
+
+# DeepseekV3 / Kimi-K2-shaped (MLA attention with a q LoRA, sigmoid-routed MoE with a shared
+# expert, first layer dense), at the planted target's hidden size and vocabulary.
+DEEPSEEK_V3 = {
+    "architectures": ["DeepseekV3ForCausalLM"],
+    "model_type": "deepseek_v3",
+    "vocab_size": QWEN3["vocab_size"],
+    "hidden_size": QWEN3["hidden_size"],
+    "intermediate_size": 1024,
+    "moe_intermediate_size": 256,
+    "num_hidden_layers": 4,
+    "num_nextn_predict_layers": 0,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 8,
+    "n_shared_experts": 1,
+    "n_routed_experts": 8,
+    "num_experts_per_tok": 2,
+    "routed_scaling_factor": 1.0,
+    "n_group": 1,
+    "topk_group": 1,
+    "topk_method": "noaux_tc",
+    "scoring_func": "sigmoid",
+    "norm_topk_prob": True,
+    "moe_layer_freq": 1,
+    "first_k_dense_replace": 1,
+    "q_lora_rank": 256,
+    "kv_lora_rank": 128,
+    "qk_nope_head_dim": 64,
+    "qk_rope_head_dim": 32,
+    "v_head_dim": 64,
+    "hidden_act": "silu",
+    "max_position_embeddings": 4096,
+    "rms_norm_eps": 1e-06,
+    "rope_theta": 10000.0,
+    "rope_scaling": None,
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "tie_word_embeddings": False,
     "initializer_range": 0.02,
     "bos_token_id": 1,
     "eos_token_id": 2,
@@ -123,18 +171,86 @@ def successor_table(ranked: list[list[int]], vocab: int) -> list[int]:
     return [ranked[0][t % hidden] for t in range(vocab)]
 
 
+def _planted_io(ranked: list[list[int]], vocab: int) -> dict[str, torch.Tensor]:
+    """One-hot embeddings (coordinate t mod H), unit final norm, and the planted LM head."""
+    hid = len(ranked[0])
+    embed = torch.zeros(vocab, hid)
+    embed[torch.arange(vocab), torch.arange(vocab) % hid] = 1.0
+    head = torch.zeros(vocab, hid)
+    for k, logit in enumerate(LOGITS):
+        head[torch.tensor(ranked[k]), torch.arange(hid)] = logit / math.sqrt(hid)
+    return {"model.embed_tokens.weight": embed, "model.norm.weight": torch.ones(hid), "lm_head.weight": head}
+
+
+def _mla_moe_layer(prefix: str, i: int, cfg: dict, gen: torch.Generator, *, inert: bool) -> dict[str, torch.Tensor]:
+    """Weights of one DeepseekV3 decoder layer (HF names); ``inert`` zeroes every output projection."""
+    hid, heads = cfg["hidden_size"], cfg["num_attention_heads"]
+    qk = cfg["qk_nope_head_dim"] + cfg["qk_rope_head_dim"]
+    q_lora, kv_lora = cfg["q_lora_rank"], cfg["kv_lora_rank"]
+    out = {
+        f"{prefix}.input_layernorm.weight": torch.ones(hid),
+        f"{prefix}.post_attention_layernorm.weight": torch.ones(hid),
+        f"{prefix}.self_attn.q_a_proj.weight": _normal(gen, q_lora, hid, std=0.02),
+        f"{prefix}.self_attn.q_a_layernorm.weight": torch.ones(q_lora),
+        f"{prefix}.self_attn.q_b_proj.weight": _normal(gen, heads * qk, q_lora, std=0.02),
+        f"{prefix}.self_attn.kv_a_proj_with_mqa.weight": _normal(gen, kv_lora + cfg["qk_rope_head_dim"], hid, std=0.02),
+        f"{prefix}.self_attn.kv_a_layernorm.weight": torch.ones(kv_lora),
+        f"{prefix}.self_attn.kv_b_proj.weight": _normal(
+            gen, heads * (cfg["qk_nope_head_dim"] + cfg["v_head_dim"]), kv_lora, std=0.02
+        ),
+        f"{prefix}.self_attn.o_proj.weight": _normal(gen, hid, heads * cfg["v_head_dim"], std=0.02),
+    }
+    mlps = {}
+    if i < cfg["first_k_dense_replace"]:
+        mlps["mlp"] = cfg["intermediate_size"]
+    else:
+        out[f"{prefix}.mlp.gate.weight"] = _normal(gen, cfg["n_routed_experts"], hid, std=0.02)
+        out[f"{prefix}.mlp.gate.e_score_correction_bias"] = torch.zeros(cfg["n_routed_experts"])
+        for j in range(cfg["n_routed_experts"]):
+            mlps[f"mlp.experts.{j}"] = cfg["moe_intermediate_size"]
+        mlps["mlp.shared_experts"] = cfg["moe_intermediate_size"] * cfg["n_shared_experts"]
+    for name, inter in mlps.items():
+        out[f"{prefix}.{name}.gate_proj.weight"] = _normal(gen, inter, hid, std=0.02)
+        out[f"{prefix}.{name}.up_proj.weight"] = _normal(gen, inter, hid, std=0.02)
+        out[f"{prefix}.{name}.down_proj.weight"] = _normal(gen, hid, inter, std=0.02)
+    if inert:
+        for key, value in out.items():
+            if key.endswith(("o_proj.weight", "down_proj.weight")):
+                value.zero_()
+    return out
+
+
+def write_mla_moe(out_dir: Path, *, planted: dict | None, seed: int = 3, cfg: dict = DEEPSEEK_V3) -> None:
+    """A DeepseekV3-shaped MLA + MoE target.
+
+    With ``planted`` (a planted.json content) its layers are inert and its embeddings and head
+    are the planted ones, so it has exactly the planted Qwen3 target's outputs while running the
+    MLA and MoE code paths; without, all weights are random (lm_head N(0, 0.1)).
+    """
+    gen = torch.Generator().manual_seed(seed)
+    hid, vocab = cfg["hidden_size"], cfg["vocab_size"]
+    if planted is not None:
+        tensors = _planted_io(planted["ranked"], vocab)
+    else:
+        tensors = {
+            "model.embed_tokens.weight": _normal(gen, vocab, hid, std=0.02),
+            "model.norm.weight": torch.ones(hid),
+            "lm_head.weight": _normal(gen, vocab, hid, std=0.1),
+        }
+    for i in range(cfg["num_hidden_layers"]):
+        tensors.update(_mla_moe_layer(f"model.layers.{i}", i, cfg, gen, inert=planted is not None))
+    _save(out_dir, cfg, tensors)
+    if planted is not None:
+        (out_dir / "planted.json").write_text(json.dumps(planted) + "\n")
+
+
 def write_planted(out_dir: Path, *, seed: int = 0, cfg: dict = QWEN3) -> dict:
     """Write the planted target; return its ``planted.json`` content (ranked tokens, logits)."""
     hid, vocab = cfg["hidden_size"], cfg["vocab_size"]
     gen = torch.Generator().manual_seed(seed)
     ranked = planted_ranked(hid, seed)
-    embed = torch.zeros(vocab, hid)
-    embed[torch.arange(vocab), torch.arange(vocab) % hid] = 1.0
-    head = torch.zeros(vocab, hid)
     scale = math.sqrt(hid)
-    for k, logit in enumerate(LOGITS):
-        head[torch.tensor(ranked[k]), torch.arange(hid)] = logit / scale
-    tensors = {"model.embed_tokens.weight": embed, "model.norm.weight": torch.ones(hid), "lm_head.weight": head}
+    tensors = _planted_io(ranked, vocab)
     for i in range(cfg["num_hidden_layers"]):
         tensors.update(_layer(f"model.layers.{i}", cfg, gen, inert=True))
     _save(out_dir, cfg, tensors)
@@ -209,9 +325,15 @@ def next_token_probs(planted: dict, last_token: int, temperature: float) -> dict
 
 
 def write_all(out: Path, *, seed: int = 0) -> dict:
-    """Write planted/, random/, dflash/ and hook.json under ``out``; return planted.json's content."""
+    """Write every test model under ``out``; return planted.json's content.
+
+    planted/, random/ (Qwen3), mla-planted/, mla-random/ (DeepseekV3: MLA + MoE), dflash/ (the
+    drafter for all of them) and hook.json.
+    """
     planted = write_planted(out / "planted", seed=seed)
     write_random(out / "random", seed=seed + 1)
+    write_mla_moe(out / "mla-planted", planted=planted, seed=seed + 3)
+    write_mla_moe(out / "mla-random", planted=None, seed=seed + 4)
     write_drafter(out / "dflash", seed=seed + 2)
     write_hook(out / "hook.json", planted, seed=seed)
     return planted
@@ -224,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     write_all(args.out, seed=args.seed)
-    print(f"wrote planted/, random/, dflash/, hook.json under {args.out}")
+    print(f"wrote {', '.join(sorted(p.name for p in args.out.iterdir()))} under {args.out}")
     return 0
 
 

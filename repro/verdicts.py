@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from repro.profiles import Profile, ThresholdSet
-from repro.results import CellSummary
+from repro.results import CellSummary, label_order
 
 PASS, FAIL, NOT_MEASURED, RECORDED = "pass", "fail", "not measured", "recorded"
 
@@ -69,7 +69,8 @@ def tp_ep_points(summaries: list[CellSummary], profiles: dict[str, Profile]) -> 
                 points.append(TpEpPoint(tp.machine, tp_name, ep_name, a.cell.label,
                                         a.cell.concurrency, a.cell.temperature,
                                         a.output_tok_s, b.output_tok_s))
-    return sorted(points, key=lambda p: (p.machine, p.label, p.temperature, p.concurrency))
+    return sorted(points, key=lambda p: (p.machine, p.temperature, label_order(p.label),
+                                         p.concurrency))
 
 
 def _floor(check: str, subject: str, value: float | None, floor: float, source: str) -> Verdict:

@@ -43,7 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cache", type=Path, default=_default_cache(),
                         help="download cache for wheels (default: %(default)s)")
     parser.add_argument("--lock", type=Path, default=UV_LOCK, help="uv.lock with the sha256 of every wheel")
-    parser.add_argument("--max-mib", type=float, help="fail when the archives exceed this many MiB (64 = one device carry)")
+    parser.add_argument("--max-mib", type=float,
+                        help="fail when the archives exceed this many MiB (64 = one device carry)")
 
 
 def drop_rule(stack: Stack, target: Target, trim: bool) -> Callable[[str], bool]:

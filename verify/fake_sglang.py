@@ -57,7 +57,9 @@ def mean_tau(args: argparse.Namespace, temperature: float) -> float:
     algorithm = args.speculative_algorithm
     if algorithm is None:
         return 1.0
-    tau = 3.0 if algorithm == "DFLASH" else 3.0 + 3.0 * (1 - math.exp(-args.speculative_ddtree_budget / 32))
+    tau = 3.0
+    if algorithm == "DDTREE":
+        tau += 3.0 * (1 - math.exp(-args.speculative_ddtree_budget / 32))
     return max(1.0, tau * (0.85 if temperature > 0 else 1.0))
 
 
@@ -138,11 +140,10 @@ class Handler(BaseHTTPRequestHandler):
         verify_ct, start = 0, time.monotonic()
         while len(out) < max_new:
             time.sleep(step)
-            if out:  # decode rounds; the first token comes from prefill
+            n = 1  # the first token comes from prefill; AR decodes one token per round
+            if out and a.speculative_algorithm:
                 verify_ct += 1
                 n = max(1, min(16, round(rng.gauss(tau, 0.8))))
-            else:
-                n = 1
             out += [(sum(ids) + 7 * (len(out) + k)) % 4096 for k in range(n)]
             out = out[:max_new]
             done = len(out) >= max_new
@@ -230,7 +231,8 @@ def main(argv: list[str] | None = None) -> None:
     threading.Thread(target=_watchdog, args=(args.fake_max_lifetime_s,), daemon=True).start()
     if os.environ.get("FAKE_SGLANG_PIDFILE"):
         Path(os.environ["FAKE_SGLANG_PIDFILE"]).write_text(str(os.getpid()))
-    threading.Timer(args.fake_startup_s, lambda: print(READY_LINE, file=sys.stderr, flush=True)).start()
+    ready = threading.Timer(args.fake_startup_s, print, (READY_LINE,), {"file": sys.stderr})
+    ready.start()
     server.serve_forever()
 
 

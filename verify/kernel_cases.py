@@ -60,6 +60,20 @@ def reference_topk_lse(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Ten
     return vals[..., :k], ids[..., :k], torch.logsumexp(xf, dim=-1)
 
 
+def assert_exact(x: torch.Tensor, k: int, out: tuple[torch.Tensor, ...], id_offset: int = 0) -> None:
+    """``topk_lse`` outputs for rows ``x`` [..., V]: ids and logits equal the reference exactly,
+    lse within ``LSE_RTOL`` (relative, at least 1 in the denominator)."""
+    from repro.kernels.topk_lse import LSE_RTOL
+
+    logits, ids = (t.cpu().reshape(-1, k) for t in out[:2])
+    lse = out[2].cpu().reshape(-1)
+    ref_logits, ref_ids, ref_lse = reference_topk_lse(x.reshape(-1, x.shape[-1]), k)
+    assert torch.equal(ids, ref_ids + id_offset)
+    assert torch.equal(logits, ref_logits)
+    err = (lse - ref_lse).abs()
+    assert (err <= LSE_RTOL * ref_lse.abs().clamp(min=1)).all(), err.max()
+
+
 def _fix_interpreter_for_numpy_2_4() -> None:
     """Triton 3.6's interpreter calls int() on 1-element arrays, an error since numpy 2.4.
 

@@ -5,11 +5,12 @@ Two launches, one pass over the logits:
 1. ``stream_kernel`` (grid rows × splits) reads each row once. Per group of ``G`` consecutive
    tokens it writes a 16-bit order key of the group's maximum, and per split the running
    (max, sum of exp) of the logsumexp.
-2. ``select_kernel`` (grid rows) merges the lse partials, finds by a two-byte radix select over the
-   group keys a threshold ``tb`` that at least ``K`` groups reach (so at least ``K`` tokens do, and
+2. ``select_kernel`` (grid rows) merges the lse partials, finds by a bitwise binary search over the
+   group keys the threshold ``tb`` that at least ``K`` groups reach (so at least ``K`` tokens do, and
    every top-K token does), re-reads only the groups that reach it, compacts the tokens that reach
    it, and sorts those few candidates exactly. A row with more candidates than ``CAP`` (ties,
    sorted rows) takes an exact slow path: a running top-K over the whole row in id order.
+   Both paths share one sort, so the kernel compiles one bitonic network.
 
 Exact order: a token's sort key is the int64 ``(ordered float32 bits << 32) | (2**32 - 1 - id)``,
 so key descending is value descending, ties by ascending id; -0.0 is keyed as +0.0 (they are equal).
@@ -96,7 +97,7 @@ def stream_kernel(
         # Online logsumexp per group lane: one exp2 per token, no cross-thread reduction.
         m_new = tl.maximum(m_run, gmax)
         m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
-        terms = tl.exp2((x - m_ref[:, None]) * LOG2E)
+        terms = tl.exp2(x * LOG2E - (m_ref * LOG2E)[:, None])  # one FMA + one MUFU per token
         s_run = s_run * tl.exp2((m_run - m_ref) * LOG2E) + tl.sum(terms, axis=1)
         m_run = m_new
     m = tl.max(m_run, axis=0)
@@ -107,54 +108,64 @@ def stream_kernel(
 
 
 @triton.jit
-def _byte_histogram(gk_row, M, u0, v0, hi, LOW: tl.constexpr, MB: tl.constexpr):
-    """256-bin histogram of the high byte (or, for keys whose high byte is ``hi``, the low byte).
+def _merge_lse(part_row, S):
+    """logsumexp of a row from its ``S`` splits' (max, sum of exp(x - max)) pairs."""
+    so = tl.arange(0, 64)
+    m = tl.max(tl.load(part_row + so * 2, mask=so < S, other=float("-inf")), axis=0)
+    for c in range(64, S, 64):
+        ms = tl.load(part_row + (c + so) * 2, mask=c + so < S, other=float("-inf"))
+        m = tl.maximum(m, tl.max(ms, axis=0))
+    total = m * 0.0
+    for c in range(0, S, 64):
+        ms = tl.load(part_row + (c + so) * 2, mask=c + so < S, other=float("-inf"))
+        ss = tl.load(part_row + (c + so) * 2 + 1, mask=c + so < S, other=0.0)
+        total += tl.sum(ss * tl.exp2((ms - m) * LOG2E), axis=0)
+    return m + tl.log(total)
 
-    ``u0``/``v0``: the first ``MB`` biased group keys and their validity, already in registers.
-    """
-    if LOW:
-        hist = tl.histogram(u0 & 255, 256, mask=v0 & ((u0 >> 8) == hi))
-    else:
-        hist = tl.histogram(u0 >> 8, 256, mask=v0)
+
+@triton.jit
+def _biased_keys(gk_row, gi, M):
+    """Group keys ``gi`` as int32 in [0, 65536) (order key + 32768); -1 where ``gi >= M``."""
+    u = tl.load(gk_row + gi, mask=gi < M, other=0).to(tl.int32) + KEY_BIAS
+    return tl.where(gi < M, u, -1)
+
+
+@triton.jit
+def _count_reaching(gk_row, M, u0, t, MB: tl.constexpr):
+    """How many biased group keys are >= ``t`` (>= 1); ``u0``: the first MB keys, -1 padded."""
+    n = tl.sum((u0 >= t).to(tl.int32), axis=0)
     mo = tl.arange(0, MB)
     for c in range(MB, M, MB):
         gi = c + mo
-        v = gi < M
-        u = tl.load(gk_row + gi, mask=v, other=0).to(tl.int32) + KEY_BIAS
-        if LOW:
-            hist += tl.histogram(u & 255, 256, mask=v & ((u >> 8) == hi))
-        else:
-            hist += tl.histogram(u >> 8, 256, mask=v)
-    return hist
+        u = _biased_keys(gk_row, gi, M)
+        n += tl.sum((u >= t).to(tl.int32), axis=0)
+    return n
 
 
 @triton.jit
-def _threshold(gk_row, M, K, u0, v0, MB: tl.constexpr):
-    """Largest biased 16-bit key ``tb`` that at least ``K`` group keys reach (0 if fewer than K)."""
-    b_ar = tl.arange(0, 256)
-    hist = _byte_histogram(gk_row, M, u0, v0, 0, False, MB)
-    reach = tl.cumsum(hist, axis=0, reverse=True)
-    hi = tl.max(tl.where(reach >= K, b_ar, 0), axis=0)
-    above = tl.sum(tl.where(b_ar > hi, hist, 0), axis=0)
-    hist = _byte_histogram(gk_row, M, u0, v0, hi, True, MB)
-    reach = tl.cumsum(hist, axis=0, reverse=True) + above
-    lo = tl.max(tl.where(reach >= K, b_ar, 0), axis=0)
-    return hi * 256 + lo
+def _threshold(gk_row, M, K, u0, MB: tl.constexpr):
+    """Largest biased 16-bit key ``tb`` that at least ``K`` group keys reach (0 if fewer than K).
+
+    Bitwise binary search from the top bit: 16 counts over the keys held in registers.
+    """
+    tb = K * 0
+    for bit in tl.static_range(15, -1, -1):
+        t = tb + (1 << bit)
+        tb = tl.where(_count_reaching(gk_row, M, u0, t, MB) >= K, t, tb)
+    return tb
 
 
 @triton.jit
-def _compact_groups(gk_row, gidx_row, M, tb, u0, v0, MB: tl.constexpr, CAP: tl.constexpr):
+def _compact_groups(gk_row, gidx_row, M, tb, u0, MB: tl.constexpr, CAP: tl.constexpr):
     """Write the ids of groups whose key reaches ``tb`` (ascending, first CAP); return their count."""
     mo = tl.arange(0, MB)
-    sel = (v0 & (u0 >= tb)).to(tl.int32)
+    sel = (u0 >= tb).to(tl.int32)
     pos = tl.cumsum(sel, axis=0) - 1
     tl.store(gidx_row + pos, mo, mask=(sel > 0) & (pos < CAP))
     nsel = tl.sum(sel, axis=0)
     for c in range(MB, M, MB):
         gi = c + mo
-        v = gi < M
-        u = tl.load(gk_row + gi, mask=v, other=0).to(tl.int32) + KEY_BIAS
-        sel = (v & (u >= tb)).to(tl.int32)
+        sel = (_biased_keys(gk_row, gi, M) >= tb).to(tl.int32)
         pos = nsel + tl.cumsum(sel, axis=0) - 1
         tl.store(gidx_row + pos, gi, mask=(sel > 0) & (pos < CAP))
         nsel += tl.sum(sel, axis=0)
@@ -162,46 +173,63 @@ def _compact_groups(gk_row, gidx_row, M, tb, u0, v0, MB: tl.constexpr, CAP: tl.c
 
 
 @triton.jit
+def _load_groups(row, V, gidx_row, j, nsel, G: tl.constexpr):
+    """Token ids, validity and float32 logits ([len(j), G]) of the groups in list slots ``j``."""
+    grp = tl.load(gidx_row + j, mask=j < nsel, other=0, cache_modifier=".cg")
+    idx = grp[:, None] * G + tl.arange(0, G)[None, :]
+    valid = (j < nsel)[:, None] & (idx < V)
+    x = tl.load(row + idx, mask=valid, other=float("-inf"))
+    return idx, valid, x.to(tl.float32)
+
+
+@triton.jit
 def _compact_candidates(row, V, tb, gidx_row, nsel, cand_row,
                         G: tl.constexpr, GT: tl.constexpr, CAP: tl.constexpr):
-    """Write the sort keys of the tokens of the listed groups that reach ``tb``; return their count."""
+    """Write the sort keys of the tokens of the listed groups that reach ``tb``; return their count.
+
+    Double-buffered: the next GT groups are loaded before this step's keys are compacted.
+    """
     ga = tl.arange(0, GT)
-    ea = tl.arange(0, G)
+    idx, valid, x = _load_groups(row, V, gidx_row, ga, nsel, G)
     ncand = nsel * 0
     for j0 in range(0, nsel, GT):
-        j = j0 + ga
-        jm = j < nsel
-        grp = tl.load(gidx_row + j, mask=jm, other=0, cache_modifier=".cg")
-        idx = grp[:, None] * G + ea[None, :]
-        lm = jm[:, None] & (idx < V)
-        x = tl.load(row + idx, mask=lm, other=float("-inf")).to(tl.float32)
+        idx_next, valid_next, x_next = _load_groups(row, V, gidx_row, j0 + GT + ga, nsel, G)
         key, tk = _sort_keys(x, idx)
-        c = tl.reshape((lm & (tk + KEY_BIAS >= tb)).to(tl.int32), [GT * G])
+        c = tl.reshape(valid & (tk + KEY_BIAS >= tb), [GT * G]).to(tl.int32)
         pos = ncand + tl.cumsum(c, axis=0) - 1
         tl.store(cand_row + pos, tl.reshape(key, [GT * G]), mask=(c > 0) & (pos < CAP))
         ncand += tl.sum(c, axis=0)
+        idx, valid, x = idx_next, valid_next, x_next
     return ncand
 
 
 @triton.jit
-def _scan_row(row, V, K, tb, K_P: tl.constexpr, CAP: tl.constexpr):
-    """Exact top-``K_P`` keys (first K exact) by a running merge over the row in id order.
+def _top_keys(row, V, K, tb, cand_row, ncand, K_P: tl.constexpr, CAP: tl.constexpr):
+    """Exact top-``K_P`` keys, descending (the first K are the answer).
 
-    Slow path for rows whose candidates overflow CAP. A tile is merged only if one of its keys
-    beats the current K-th best, so an all-equal row costs one merge.
+    From the candidate buffer when it holds every candidate (``ncand <= CAP``: one sort); else
+    the slow path, a running merge over the whole row in id order that sorts a tile only if one
+    of its keys beats the current K-th best (so an all-equal row costs one sort).
     """
     ka = tl.arange(0, K_P)
     ca = tl.arange(0, CAP)
+    in_buffer = ncand <= CAP
     state = tl.full([K_P], PAD, tl.int64)
     kth = tl.min(state, axis=0)
-    for c0 in range(0, V, CAP):
-        idx = c0 + ca
-        lm = idx < V
-        x = tl.load(row + idx, mask=lm, other=float("-inf")).to(tl.float32)
-        key, tk = _sort_keys(x, idx)
-        key = tl.where(lm & (tk + KEY_BIAS >= tb), key, PAD)
-        if tl.max(key, axis=0) > kth:
-            state = _merge_desc(state, _top_desc(key, K_P), K_P)
+    for t in range(0, tl.where(in_buffer, 1, tl.cdiv(V, CAP))):
+        if in_buffer:
+            keys = tl.load(cand_row + ca, mask=ca < ncand, other=PAD, cache_modifier=".cg")
+        else:
+            idx = t * CAP + ca
+            x = tl.load(row + idx, mask=idx < V, other=float("-inf")).to(tl.float32)
+            key, tk = _sort_keys(x, idx)
+            keys = tl.where((idx < V) & (tk + KEY_BIAS >= tb), key, PAD)
+        if tl.max(keys, axis=0) > kth:
+            top = _top_desc(keys, K_P)
+            if in_buffer:
+                state = top
+            else:
+                state = _merge_desc(state, top, K_P)
             kth = tl.sum(tl.where(ka == K - 1, state, 0), axis=0)
     return state
 
@@ -210,41 +238,29 @@ def _scan_row(row, V, K, tb, K_P: tl.constexpr, CAP: tl.constexpr):
 def select_kernel(
     x_ptr, stride_row, V, M, S, K, id_offset,
     gkey_ptr, part_ptr, gidx_ptr, cand_ptr, val_ptr, id_ptr, lse_ptr,
-    S_P: tl.constexpr, MB: tl.constexpr, G: tl.constexpr, GT: tl.constexpr,
+    MB: tl.constexpr, G: tl.constexpr, GT: tl.constexpr,
     K_P: tl.constexpr, CAP: tl.constexpr,
 ):
     """Per row: logsumexp, then the exact top-K (value desc, id asc) from the few candidates."""
     r = tl.program_id(0).to(tl.int64)
     row = x_ptr + r * stride_row
 
-    so = tl.arange(0, S_P)
-    ms = tl.load(part_ptr + (r * S + so) * 2, mask=so < S, other=float("-inf"))
-    ss = tl.load(part_ptr + (r * S + so) * 2 + 1, mask=so < S, other=0.0)
-    m = tl.max(ms, axis=0)
-    tl.store(lse_ptr + r, m + tl.log(tl.sum(ss * tl.exp2((ms - m) * LOG2E), axis=0)))
-
     gk_row = gkey_ptr + r * M
     mo = tl.arange(0, MB)
-    v0 = mo < M
-    u0 = tl.load(gk_row + mo, mask=v0, other=0).to(tl.int32) + KEY_BIAS
-    tb = _threshold(gk_row, M, K, u0, v0, MB)
+    u0 = _biased_keys(gk_row, mo, M)
 
+    tl.store(lse_ptr + r, _merge_lse(part_ptr + r * S * 2, S))
+
+    tb = _threshold(gk_row, M, K, u0, MB)
     gidx_row = gidx_ptr + r * CAP
     cand_row = cand_ptr + r * CAP
-    nsel = _compact_groups(gk_row, gidx_row, M, tb, u0, v0, MB, CAP)
+    nsel = _compact_groups(gk_row, gidx_row, M, tb, u0, MB, CAP)
     ncand = nsel + CAP  # > CAP: "overflow" unless the candidates are gathered below
     if nsel <= CAP:
         tl.debug_barrier()  # the group list was written by other threads of this program
         ncand = _compact_candidates(row, V, tb, gidx_row, nsel, cand_row, G, GT, CAP)
-    if ncand <= CAP:
-        tl.debug_barrier()
-        ca = tl.arange(0, CAP)
-        keys = tl.load(cand_row + ca, mask=ca < ncand, other=PAD, cache_modifier=".cg")
-        top = _top_desc(keys, K_P)
-    else:
-        top = _scan_row(row, V, K, tb, K_P, CAP)
-
-    val, ids = _decode(top, id_offset)
+    tl.debug_barrier()  # the candidate keys too
+    val, ids = _decode(_top_keys(row, V, K, tb, cand_row, ncand, K_P, CAP), id_offset)
     o = tl.arange(0, K_P)
     tl.store(val_ptr + r * K + o, val, mask=o < K)
     tl.store(id_ptr + r * K + o, ids, mask=o < K)

@@ -4,7 +4,7 @@ import triton
 import triton.language as tl
 
 
-INT64_MAX: tl.constexpr = 9223372036854775807
+INT64_MAX = tl.constexpr(9223372036854775807)
 
 @triton.jit
 def _rank_code(n):
@@ -46,8 +46,8 @@ def tree_kernel(
     logits_ptr, ids_ptr, lse_ptr, roots_ptr, slot_tab, rank_tab, P,
     fx_ptr, fscore_ptr, flex_ptr, fbits_ptr, fprod_ptr, frank_ptr, fslot_ptr, inv_ptr,
     tokens_ptr, parents_ptr, depths_ptr, scores_ptr, nodes_ptr,
-    KT, L, KB, D,
-    B: tl.constexpr, FP: tl.constexpr, LOG_P: tl.constexpr, LOG_U: tl.constexpr,
+    KT, L, KB, D, B,
+    FP: tl.constexpr, LOG_P: tl.constexpr, LOG_U: tl.constexpr,
 ):
     b = tl.program_id(0)
     F: tl.constexpr = FP  # frontier slots per level (invalid entries sort last)
@@ -155,15 +155,15 @@ def verify_kernel(
     tl.store(index_out + row, row.to(tl.int64), mask=real)
 
     # this request's block of the flat FULL mask starts after every earlier request's N*(S+N)
-    start = 0
+    start = tl.full([], 0, tl.int64)
     for c0 in range(0, bs, BS_P):
         c = c0 + tl.arange(0, BS_P)
         lens = tl.load(lens_ptr + c, mask=c < b, other=0)
-        start += tl.sum(tl.where(c < b, N * (lens + N), 0), 0)
+        start += tl.sum(tl.where(c < b, N * (lens + N), 0), 0).to(tl.int64)
     width = s + N
     col = tl.arange(0, COLS)
     for r in range(N):  # prefix columns all True, tree columns False until the ancestors land
-        for c0 in range(0, width, COLS):
+        for c0 in range(0, width.to(tl.int32), COLS):
             cc = c0 + col
             tl.store(full_out + start + r * width + cc, cc < s, mask=cc < width)
     for r0 in range(0, N * N, NP):  # ancestor mask: clear

@@ -5,7 +5,7 @@ float32)``. Per row, tokens are ordered by ``float32(x)`` descending, equal valu
 token id (``torch.sort(x.float(), descending=True, stable=True)``); the first ``k`` are returned,
 their ids as ``local id + id_offset``. ``lse`` is the logsumexp of the whole row in float32
 (log-prob = logit - lse); it differs from ``torch.logsumexp(x.float(), -1)`` by a few float32 ulps
-(the kernel sums ``exp2`` terms in a different order; see ``LSE_RTOL``).
+(see ``LSE_RTOL``).
 
 Vocab shards (tensor parallel): call it on each rank's slice with ``id_offset`` = the shard start;
 the ids are global, so ``repro.ddtree.merge_topk`` combines the shards' (logits, ids, lse).
@@ -18,17 +18,19 @@ Under ``TRITON_INTERPRET=1`` it also runs on CPU tensors (slowly; small shapes o
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import torch
 
 MAX_K = 1024
 """Largest supported k (the candidate sort holds 2 * next_pow2(k) int64 keys per row)."""
 
-LSE_RTOL = 4e-6
-"""Documented bound on |lse - torch.logsumexp(x.float())| / max(1, |lse|) (a few float32 ulps)."""
+LSE_RTOL = 2e-6
+"""Bound on |lse - torch.logsumexp(x.float())| / max(1, |lse|): 16 float32 ulps of relative error
+(exp2 on the GPU is approximate and the sums run in another order). The benchmark reports the
+measured worst case (``lse_max_ulps``)."""
 
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-_MIN_CAP = 128
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,12 +42,13 @@ class TopKConfig:
     stream_warps: int = 8
     select_warps: int = 4
     group: int = 0  # tokens per group key; 0 = auto (32, smaller when V is small against k)
-    cap_mult: int = 2  # candidate buffer = max(cap_mult * next_pow2(k), 128) keys per row
+    cap_mult: int = 2  # candidate buffer = max(cap_mult * next_pow2(k), min_cap) keys per row
+    min_cap: int = 128
     gather: int = 2048  # tokens per candidate-gather step of the select kernel
     scan_block: int = 8192  # group keys the select kernel holds in registers (power of two)
 
     def __post_init__(self) -> None:
-        for name in ("tile", "scan_block", "gather"):
+        for name in ("tile", "scan_block", "gather", "min_cap"):
             value = getattr(self, name)
             if value < 1 or value & (value - 1):
                 raise ValueError(f"TopKConfig.{name} must be a power of two (got {value})")
@@ -107,7 +110,7 @@ def make_plan(rows: int, vocab: int, k: int, config: TopKConfig) -> Plan:
         splits=-(-vocab // chunk),
         chunk=chunk,
         k_pow2=k_pow2,
-        cap=max(config.cap_mult * k_pow2, _MIN_CAP),
+        cap=max(config.cap_mult * k_pow2, config.min_cap),
         gather_groups=max(1, config.gather // group),
         scan_block=min(config.scan_block, _pow2_ceil(groups)),
         stream_warps=config.stream_warps,
@@ -122,8 +125,8 @@ def _check_args(x: torch.Tensor, k: int, id_offset: int) -> None:
     if x.dtype not in _DTYPES:
         raise ValueError(f"topk_lse: x.dtype must be bfloat16, float16 or float32 (got {x.dtype})")
     vocab = x.shape[-1]
-    if not 1 <= vocab < 2**31:
-        raise ValueError(f"topk_lse: vocab size x.shape[-1] must be in [1, 2**31) (got {vocab})")
+    if not 1 <= vocab <= 2**30:  # token offsets are int32 in the kernels
+        raise ValueError(f"topk_lse: vocab size x.shape[-1] must be in [1, 2**30] (got {vocab})")
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= min(vocab, MAX_K):
         raise ValueError(f"topk_lse: k must be an int in [1, min(V, {MAX_K})] with V={vocab} (got {k!r})")
     if isinstance(id_offset, bool) or not isinstance(id_offset, int) or id_offset < 0:
@@ -138,6 +141,20 @@ def topk_lse(
     Returns ``logits [..., k] float32`` (descending), ``ids [..., k] int64`` (``local + id_offset``)
     and ``lse [...] float32``, on ``x``'s device. No host synchronisation; CUDA-graph capturable.
     A last dimension that is not contiguous is copied first.
+    """
+    stream, select, out = prepare(x, k, id_offset, config=config)
+    stream()
+    select()
+    return out
+
+
+def prepare(
+    x: torch.Tensor, k: int, id_offset: int = 0, *, config: TopKConfig | None = None
+) -> tuple[Callable[[], None], Callable[[], None], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """Allocate for :func:`topk_lse` and return its two launches apart, plus the outputs.
+
+    ``(launch_stream, launch_select, (logits, ids, lse))``: calling both in order fills the
+    outputs from the current contents of ``x``. Benchmarks use it to time the kernels separately.
     """
     _check_args(x, k, id_offset)
     from repro.kernels import _topk_lse_triton as kern
@@ -154,19 +171,25 @@ def topk_lse(
     logits = torch.empty((p.rows, k), dtype=torch.float32, device=dev)
     ids = torch.empty((p.rows, k), dtype=torch.int64, device=dev)
     lse = torch.empty((p.rows,), dtype=torch.float32, device=dev)
-    if p.rows:
-        gkeys = torch.empty((p.rows, p.groups), dtype=torch.int16, device=dev)
-        parts = torch.empty((p.rows, p.splits, 2), dtype=torch.float32, device=dev)
-        gidx = torch.empty((p.rows, p.cap), dtype=torch.int32, device=dev)
-        cand = torch.empty((p.rows, p.cap), dtype=torch.int64, device=dev)
-        kern.stream_kernel[(p.rows, p.splits)](
-            x2, x2.stride(0), vocab, p.groups, p.chunk, p.splits, gkeys, parts,
-            TG=p.tile // p.group, G=p.group, num_warps=p.stream_warps,
-        )
-        kern.select_kernel[(p.rows,)](
-            x2, x2.stride(0), vocab, p.groups, p.splits, k, id_offset,
-            gkeys, parts, gidx, cand, logits, ids, lse,
-            S_P=_pow2_ceil(p.splits), MB=p.scan_block, G=p.group, GT=p.gather_groups,
-            K_P=p.k_pow2, CAP=p.cap, num_warps=p.select_warps,
-        )
-    return logits.view(*lead, k), ids.view(*lead, k), lse.view(lead)
+    gkeys = torch.empty((p.rows, p.groups), dtype=torch.int16, device=dev)
+    parts = torch.empty((p.rows, p.splits, 2), dtype=torch.float32, device=dev)
+    gidx = torch.empty((p.rows, p.cap), dtype=torch.int32, device=dev)
+    cand = torch.empty((p.rows, p.cap), dtype=torch.int64, device=dev)
+
+    def launch_stream() -> None:
+        if p.rows:
+            kern.stream_kernel[(p.rows, p.splits)](
+                x2, x2.stride(0), vocab, p.groups, p.chunk, p.splits, gkeys, parts,
+                TG=p.tile // p.group, G=p.group, num_warps=p.stream_warps,
+            )
+
+    def launch_select() -> None:
+        if p.rows:
+            kern.select_kernel[(p.rows,)](
+                x2, x2.stride(0), vocab, p.groups, p.splits, k, id_offset,
+                gkeys, parts, gidx, cand, logits, ids, lse,
+                MB=p.scan_block, G=p.group, GT=p.gather_groups, K_P=p.k_pow2, CAP=p.cap,
+                num_warps=p.select_warps,
+            )
+
+    return launch_stream, launch_select, (logits.view(*lead, k), ids.view(*lead, k), lse.view(lead))

@@ -21,8 +21,9 @@ from repro.ddtree.topk import check_budget
 from repro.ddtree.tree import _check_code_room, _pairs, _pairs_host, _root_column, _root_only
 from repro.ddtree.types import DraftTree, TopK, VerifyTensors
 
-MAX_BUDGET = 512
-"""Largest budget the fused kernel takes (its candidate sort holds next_pow2(B ln B) entries)."""
+MAX_BUDGET = 256
+"""Largest budget the fused kernel takes: its candidate sort holds next_pow2(B ln B) entries
+in registers (2048 at B = 256); larger budgets use ``build_trees_from_topk``."""
 
 
 def _pow2(n: int) -> int:
@@ -78,8 +79,8 @@ def build_trees_fused(topk: TopK, budget: int, root_tokens: torch.Tensor | None 
     slot, rank = _tables(budget, kb, dev)
     n_pairs = slot.numel()
     fp = _pow2(budget)  # frontier slots per level (P >= B always)
-    # compile-time sizes depend on B (and the horizon's power of two) only, not on V or L
-    log_p = max(1, (len(_pairs_host_for(budget)) - 1).bit_length())
+    # compile-time sizes depend only on next_pow2(B) and next_pow2(min(L, B)): few variants
+    log_p = max(1, (len(_pairs_host_for(fp)) - 1).bit_length())
     log_u = max(1, (_pow2(depth) * fp - 1).bit_length())
     f64 = dict(dtype=torch.float64, device=dev)
     i64 = dict(dtype=torch.int64, device=dev)
@@ -96,8 +97,8 @@ def build_trees_fused(topk: TopK, budget: int, root_tokens: torch.Tensor | None 
     _kernel()[(bs,)](
         topk.logits.contiguous(), topk.ids.contiguous(), topk.lse.contiguous(), roots,
         slot, rank, n_pairs, *scratch,
-        tokens, parents, depths, scores, nodes, kt, horizon, kb, depth,
-        B=budget, FP=fp, LOG_P=log_p, LOG_U=log_u, num_warps=num_warps,
+        tokens, parents, depths, scores, nodes, kt, horizon, kb, depth, budget,
+        FP=fp, LOG_P=log_p, LOG_U=log_u, num_warps=num_warps,
     )
     return DraftTree(tokens, parents, depths, nodes, scores, budget, horizon, root_tokens is not None)
 

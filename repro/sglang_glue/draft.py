@@ -47,4 +47,4 @@ def vocab_parallel_topk(
         TopK(logits=lg, ids=ids, lse=lse, vocab_size=vocab_size)
         for lg, ids, lse in zip(*gathered)
     ]
-    return merge_topk(parts)
+    return merge_topk(parts, k)

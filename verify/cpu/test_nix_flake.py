@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from repro.lockcheck import flake_lock_problems, shell_env_problems
+from repro.stack import load_stack
 
 pytestmark = pytest.mark.nix
 
@@ -131,8 +132,8 @@ def flake(tmp_path: Path) -> Path:
     return dest
 
 
-def _stack() -> dict:
-    return tomllib.loads((ROOT / "repro/data/stack.toml").read_text())
+def _default_target() -> str:
+    return tomllib.loads((ROOT / "repro/data/stack.toml").read_text())["default-target"]
 
 
 class TestParse:
@@ -172,7 +173,7 @@ class TestEvaluation:
 
     def test_outputs_cover_every_target(self, flake: Path):
         """Each target has a devShell, a venv package and a verify app; defaults exist."""
-        targets = set(_stack()["targets"])
+        targets = set(load_stack().targets)
         names = "builtins.attrNames"
         assert set(eval_json(flake, f"devShells.{SYSTEM}", names)) == targets | {"default"}
         assert set(eval_json(flake, f"packages.{SYSTEM}", names)) == targets | {
@@ -245,7 +246,7 @@ class TestPatchSeries:
         """The source Nix hands the sglang build imports repro.patch and reads the series."""
         script = eval_json(flake, f"packages.{SYSTEM}.sglang-patched.postInstall")
         src = re.search(r"PYTHONPATH=(\S+)", script).group(1)
-        version = _stack()["stack"]["sglang"]
+        version = load_stack().packages["sglang"]
         probe = f"from repro.patch import load_series; print(len(load_series({version!r})))"
         done = subprocess.run(
             [sys.executable, "-S", "-c", probe],
@@ -264,9 +265,29 @@ class TestShells:
     def test_shell_env_matches_the_stack(self, flake: Path):
         """Each devShell carries its target's arch lists, capability and JIT paths."""
         shells = shell_envs(flake)
-        assert shell_env_problems(_stack(), shells) == []
-        assert shells["default"]["drvPath"] == shells[_stack()["default-target"]]["drvPath"]
-        assert all(s["shellHook"].endswith("-shell-hook.sh") for s in shells.values())
+        assert shell_env_problems(load_stack(), shells) == []
+        assert shells["default"]["drvPath"] == shells[_default_target()]["drvPath"]
+        for shell in shells.values():  # exported again after nixpkgs' setup hooks reset CC
+            assert f"export CC='{shell['CC']}'\n" in shell["shellHook"]
+            assert shell["shellHook"].endswith("-shell-hook.sh\n")
+
+    def test_evaluated_shell_hook_sets_the_target_environment(self, flake: Path, tmp_path: Path):
+        """Bash running sm100's evaluated shellHook gets its arch lists, driver dir and cache."""
+        hook = shell_envs(flake)["sm100"]["shellHook"]
+        env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "XDG_RUNTIME_DIR": str(tmp_path)}
+        done = subprocess.run(
+            ["bash", "-c", f"set -euo pipefail\n{hook}\nenv -0"],
+            env={**env, "REPRO_DRIVER_SEARCH_PATH": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path)},
+            capture_output=True,
+            check=True,
+        )
+        out = dict(kv.split("=", 1) for kv in done.stdout.decode().split("\0") if "=" in kv)
+        assert (out["TORCH_CUDA_ARCH_LIST"], out["FLASHINFER_CUDA_ARCH_LIST"]) == (
+            "10.0;10.3",
+            "10.0a 10.3a",
+        )
+        assert out["TRITON_LIBCUDA_PATH"] == out["LD_LIBRARY_PATH"] == out["REPRO_DRIVER_DIR"]
+        assert out["TRITON_CACHE_DIR"] == str(tmp_path / "repro/triton-sm100")
 
     def test_shell_env_check_fails_on_a_wrong_arch_list(self, flake: Path):
         """A shell wired to the wrong arch list is reported against stack.toml."""
@@ -274,7 +295,7 @@ class TestShells:
         wired = "TORCH_CUDA_ARCH_LIST = t.torch-cuda-arch-list;"
         assert wired in env.read_text()
         env.write_text(env.read_text().replace(wired, 'TORCH_CUDA_ARCH_LIST = "9.0";'))
-        problems = shell_env_problems(_stack(), shell_envs(flake))
+        problems = shell_env_problems(load_stack(), shell_envs(flake))
         assert any(
             "devShells.sm100: TORCH_CUDA_ARCH_LIST must be '10.0;10.3'" in p for p in problems
         )

@@ -11,9 +11,9 @@ for stage in $STAGES; do
   case $stage in
     info) nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
           python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)" ;;
-    bench) timeout 300 python3 -m verify.bench.bench_tree --bs 1 8 32 64 --budget 16 64 256 512 --iters 30 \
+    bench) timeout ${BENCH_TIMEOUT:-300} python3 -m verify.bench.bench_tree --bs 1 8 32 64 --budget 16 64 256 --iters 30 \
              --out "$OUT/bench_tree.json" 2>&1 | tee "$OUT/bench_tree.log" ;;
-    tests) timeout 400 python3 -m pytest verify/gpu -q --maxfail=10 -p no:cacheprovider --benchmark-skip \
+    tests) timeout ${TESTS_TIMEOUT:-400} python3 -m pytest verify/gpu -q --maxfail=10 -p no:cacheprovider --benchmark-skip \
              --junitxml="$OUT/gpu_tests.xml" 2>&1 | tee "$OUT/gpu_tests.log" | tail -30 ;;
     *) echo "unknown stage $stage" ;;
   esac

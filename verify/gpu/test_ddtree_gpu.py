@@ -29,20 +29,22 @@ CASES = list(goldenset.iter_cases(GOLDEN))
 
 @pytest.mark.parametrize(("entry", "spec"), CASES, ids=[spec.name for _, spec in CASES])
 def test_golden_case_on_cuda(entry, spec):
-    """Every golden case re-derives bit-for-bit with the batched path on the GPU."""
+    """Every golden case re-derives with the batched path on the GPU: trees, masks, pointers and
+    walks bit-for-bit; scores to SCORE_ATOL (CUDA's logsumexp rounds differently from the CPU's)."""
     inputs, stored = goldenset.load_case(GOLDEN, entry)
-    assert goldenset.mismatches(stored, goldenset.derive(inputs, spec.budget, "batched", "cuda")) == []
+    assert goldenset.mismatches(stored, goldenset.derive(inputs, spec.budget, "batched", "cuda"), score_atol=goldenset.SCORE_ATOL) == []
 
 
 @settings(max_examples=300)
 @given(logits_and_budget(max_bs=4, max_horizon=8, max_vocab=64))
 def test_cuda_equals_cpu(case):
-    """Trees and walks built on CUDA equal those built on the CPU, ties included."""
+    """Trees and walks built on CUDA equal those built on the CPU, ties included (scores to SCORE_ATOL)."""
     x, budget = case
     roots = torch.zeros(x.shape[0], dtype=torch.int64)
     cpu, gpu = build_trees(x, budget, roots), build_trees(x.cuda(), budget, roots.cuda())
-    for name in ("tokens", "parents", "depths", "num_nodes", "scores"):
+    for name in ("tokens", "parents", "depths", "num_nodes"):
         assert torch.equal(getattr(cpu, name), getattr(gpu, name).cpu()), name
+    assert torch.allclose(cpu.scores, gpu.scores.cpu(), rtol=0.0, atol=goldenset.SCORE_ATOL)
     target = cpu.tokens.roll(-1, 1).clamp(min=0)
     assert torch.equal(walk(cpu, target).accept_index, walk(gpu, target.cuda()).accept_index.cpu())
 

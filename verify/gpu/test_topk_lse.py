@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from repro.ddtree import TopK, merge_topk
-from repro.kernels.topk_lse import LSE_RTOL, TopKConfig, topk_lse
-from verify.kernel_cases import KINDS, make_logits, reference_topk_lse
+from repro.kernels.topk_lse import TopKConfig, topk_lse
+from verify.kernel_cases import KINDS, assert_exact, make_logits
 
 pytestmark = pytest.mark.gpu
 
@@ -20,15 +20,6 @@ CONFIGS = [
     TopKConfig(tile=1024, stream_warps=4, programs=4096, select_warps=2, gather=1024, group=16),
     TopKConfig(scan_block=512, min_cap=1, cap_mult=2),
 ]
-
-
-def assert_exact(x: torch.Tensor, k: int, out: tuple[torch.Tensor, ...], id_offset: int = 0) -> None:
-    """Logits and ids of rows ``x`` [..., V] equal the stable-sort reference exactly; lse within LSE_RTOL."""
-    logits, ids, lse = (t.cpu().reshape(-1, k) for t in out[:2]) + (out[2].cpu().reshape(-1),)
-    ref_logits, ref_ids, ref_lse = reference_topk_lse(x.reshape(-1, x.shape[-1]), k)
-    assert torch.equal(ids, ref_ids + id_offset)
-    assert torch.equal(logits, ref_logits)
-    assert ((lse - ref_lse).abs() <= LSE_RTOL * ref_lse.abs().clamp(min=1)).all(), (lse - ref_lse).abs().max()
 
 
 @pytest.mark.parametrize(("vocab", "k", "dtype"), GRID, ids=[f"v{v}-k{k}-{str(d)[6:]}" for v, k, d in GRID])

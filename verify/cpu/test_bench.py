@@ -1,0 +1,217 @@
+"""Tests for `repro bench` against the fake SGLang server (verify/fake_sglang.py).
+
+The servers are real processes started from a test profiles file, on 127.0.0.1 with a bounded
+lifetime; each run is a few dozen short requests. Two tests kill a process mid-run (the server,
+then the bench itself) and check that the JSONL is intact and `--resume` completes the run.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from repro import cli
+from repro.results import read_records, summarize
+from repro.sglang_client import Client
+from repro.sglang_server import free_port
+from verify.fake_sglang import REPO, make_models, subprocess_env, write_profiles
+
+FAST = {"sglang": {"fake-step-ms": 3}}
+
+
+@pytest.fixture
+def work(tmp_path: Path, monkeypatch) -> Path:
+    """A directory with test models and a profiles file; the tests run inside it."""
+    make_models(tmp_path / "models")
+    write_profiles(tmp_path / "profiles.toml", {
+        "fake": FAST,
+        "fake-dead": {"sglang": {"fake-exit-at-start": 3}},
+        "fake-ar-only": {"algorithm": "AR", "budget": None, "drafter": None},
+        "fake-slow": {"sglang": {"fake-step-ms": 5}},
+    })
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    return tmp_path
+
+
+def bench_args(*extra: str, out: str = "out.jsonl") -> list[str]:
+    return ["bench", "--profile-file", "profiles.toml", "--models-dir", "models",
+            "--max-new-tokens", "24", "--warmup", "1", "-o", out, *extra]
+
+
+def requests_of(path: Path) -> list[tuple[str, int]]:
+    """(cell key, index) of every request record, duplicates kept."""
+    return [(json.dumps(r["cell"], sort_keys=True), r["index"]) for r in read_records(path)
+            if r["kind"] == "request"]
+
+
+def wait_for_requests(path: Path, count: int, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 60
+    while not (path.exists() and len(requests_of(path)) >= count):
+        assert proc.poll() is None and time.monotonic() < deadline, "bench ended too early"
+        time.sleep(0.05)
+
+
+def check_complete(path: Path, expected: int) -> None:
+    """Every line parses, no request is recorded twice, and all ``expected`` are there."""
+    for line in path.read_text().splitlines():
+        json.loads(line)
+    seen = requests_of(path)
+    assert len(seen) == len(set(seen)) == expected, collections.Counter(seen).most_common(2)
+
+
+class TestRun:
+    def test_sweep_records_every_request_and_prints_the_summary(self, work: Path,
+                                                                capsys) -> None:
+        """AR, DFLASH and two DDTREE budgets at c=1,2 record 32 requests and a speedup > 1."""
+        rc = cli.main(bench_args("fake", "--budgets", "4,16", "--concurrency", "1,2",
+                                 "--num-prompts", "4"))
+        assert rc == 0
+        records = read_records(work / "out.jsonl")
+        kinds = collections.Counter(r["kind"] for r in records)
+        assert kinds == {"run": 1, "server": 4, "request": 32}
+        run = records[0]
+        assert run["profiles"]["fake"]["launch_module"] == "verify.fake_sglang"
+        assert "fingerprint" in run and "topology" in run
+        tree = next(s for s in summarize(records) if s.cell.label == "DDTREE B=16"
+                    and s.cell.concurrency == 1)
+        assert tree.tau_mean and tree.tau_mean > 3 and tree.speedup and tree.speedup > 1.3
+        out = capsys.readouterr()
+        assert "DDTREE B=16" in out.out and "speedup" in out.out
+        assert "bench: starting fake (AR)" in out.err and "32/32" in out.err
+
+    def test_resume_of_a_finished_run_starts_nothing(self, work: Path, capsys) -> None:
+        """A second run with --resume finds every request done and starts no server."""
+        args = bench_args("fake", "--algorithms", "AR", "--concurrency", "1", "--num-prompts", "2")
+        assert cli.main(args) == 0
+        capsys.readouterr()
+        assert cli.main([*args, "--resume"]) == 0
+        assert "starting" not in capsys.readouterr().err
+        check_complete(work / "out.jsonl", 2)
+
+    def test_existing_results_need_resume(self, work: Path, capsys) -> None:
+        """Without --resume an existing results file is refused with exit 2."""
+        (work / "out.jsonl").write_text('{"kind": "run"}\n')
+        assert cli.main(bench_args("fake", "--concurrency", "1")) == 2
+        assert "pass --resume" in capsys.readouterr().err
+
+    def test_time_limit_stops_cleanly_then_resume_finishes(self, work: Path, capsys) -> None:
+        """--time-limit exits 3 with the work so far recorded; --resume completes it."""
+        args = bench_args("fake-slow", "--algorithms", "AR,DDTREE", "--concurrency", "1",
+                          "--num-prompts", "3")
+        # two server starts (0.2 s each) and 6 requests of 24 tokens at 5 ms take > 0.5 s
+        assert cli.main([*args, "--time-limit", "0.5"]) == 3
+        assert "rerun the same command with --resume" in capsys.readouterr().err
+        assert len(requests_of(work / "out.jsonl")) < 6
+        assert cli.main([*args, "--resume"]) == 0
+        check_complete(work / "out.jsonl", 6)
+
+    def test_url_mode_benches_the_running_server(self, work: Path) -> None:
+        """--url measures a running server, labelled with the algorithm it reports."""
+        port = free_port()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "verify.fake_sglang", "--model-path", "models/target",
+             "--port", str(port), "--speculative-algorithm", "DDTREE",
+             "--speculative-ddtree-budget", "8", "--fake-max-lifetime-s", "60"],
+            env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            client = Client(f"http://127.0.0.1:{port}")
+            while not client.healthy(timeout=1):
+                time.sleep(0.05)
+            assert cli.main(bench_args("fake", "--url", client.url, "--concurrency", "1,2",
+                                       "--num-prompts", "2")) == 0
+        finally:
+            proc.kill()
+            proc.wait()
+        labels = {s.cell.label for s in summarize(read_records(work / "out.jsonl"))}
+        assert labels == {"DDTREE B=8"}
+
+
+class TestErrors:
+    @pytest.mark.parametrize(("extra", "message"), [
+        (["fake", "--concurrency", "1,16", "--num-prompts", "8"],
+         r"--num-prompts must be >= the largest --concurrency \(16\) \(got 8\)"),
+        (["nope"], r"PROFILE must be one of .* \(got 'nope'\)"),
+        (["fake-ar-only", "--algorithms", "DFLASH"], r"DFLASH needs a 'drafter' key"),
+        (["fake", "fake-slow", "--url", "http://127.0.0.1:1"], r"--url takes exactly one PROFILE"),
+        (["fake", "--prompts", "gsm8k"], r"no PyPI package ships GSM8K"),
+        (["fake", "--budgets", "-2"], r"--budgets must list integers >= 0"),
+    ])
+    def test_usage_errors_exit_2_with_one_line(self, work: Path, capsys, extra: list[str],
+                                               message: str) -> None:
+        """Bad arguments exit 2 with a one-line message naming the parameter."""
+        assert cli.main(bench_args(*extra)) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1
+        assert re.search(message, err), err
+
+    def test_server_dying_at_start_quotes_its_log(self, work: Path, capsys) -> None:
+        """A server that exits while starting ends the bench with exit 1 and the log's tail."""
+        assert cli.main(bench_args("fake-dead", "--concurrency", "1")) == 1
+        err = capsys.readouterr().err
+        assert "exited with code 3" in err and "| RuntimeError: fake failure" in err
+
+
+class TestCrashes:
+    def _spawn(self, work: Path, *extra: str) -> subprocess.Popen[bytes]:
+        argv = [sys.executable, "-m", "repro.cli", *bench_args(
+            "fake-slow", "--algorithms", "AR,DDTREE", "--concurrency", "1", "--num-prompts", "8",
+            "--max-new-tokens", "64", *extra)]
+        env = subprocess_env(FAKE_SGLANG_PIDFILE=str(work / "server.pid"))
+        return subprocess.Popen(argv, cwd=work, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+
+    def test_killed_server_leaves_intact_results_and_resume_completes(self, work: Path) -> None:
+        """SIGKILL of the server mid-bench: exit 1 with the log tail, then --resume finishes."""
+        proc = self._spawn(work)
+        wait_for_requests(work / "out.jsonl", 3, proc)
+        os.kill(int((work / "server.pid").read_text()), signal.SIGKILL)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 1, err
+        assert b"exited with code -9" in err and b"last lines of" in err
+        done = len(requests_of(work / "out.jsonl"))
+        assert 3 <= done < 16
+        check_complete(work / "out.jsonl", done)
+        resumed = self._spawn(work, "--resume")
+        _, err = resumed.communicate(timeout=120)
+        assert resumed.returncode == 0, err
+        check_complete(work / "out.jsonl", 16)
+
+    def test_killed_bench_loses_nothing_and_resume_completes(self, work: Path) -> None:
+        """SIGKILL of the bench itself: its server goes too, a torn line is cut, resume finishes."""
+        proc = self._spawn(work)
+        wait_for_requests(work / "out.jsonl", 3, proc)
+        proc.kill()
+        proc.communicate(timeout=30)
+        server = int((work / "server.pid").read_text())
+        deadline = time.monotonic() + 10
+        while _alive(server):  # the server got SIGTERM when its parent died
+            assert time.monotonic() < deadline, "the orphaned server is still running"
+            time.sleep(0.05)
+        done = len(requests_of(work / "out.jsonl"))
+        with open(work / "out.jsonl", "a") as f:
+            f.write('{"kind": "request", "cell": {"prof')  # a line torn by the crash
+        resumed = self._spawn(work, "--resume")
+        _, err = resumed.communicate(timeout=120)
+        assert resumed.returncode == 0, err
+        assert done >= 3
+        check_complete(work / "out.jsonl", 16)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie still answers kill(0); it has exited as far as we care
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().split(") ")[-1][:1] != "Z"

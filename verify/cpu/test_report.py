@@ -1,0 +1,108 @@
+"""Tests for `repro report`: Markdown, JSON and PNGs from bench results and verify-tier JUnit files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from repro import cli, stack
+from repro.profiles import get_profile
+from repro.report import read_tiers
+from verify.benchdata import cell, request
+
+JUNIT = Path(__file__).parents[1] / "fixtures" / "junit"
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def results_file(path: Path) -> Path:
+    """A results file of a TP and a TP+EP test profile: AR, DFLASH, DDTREE at 3 budgets, c 1/4."""
+    tp = get_profile("test-h200-moe-tp2")
+    ep = get_profile("test-h200-moe-ep2")
+    lines = [{"kind": "run", "session": "s1", "fingerprint": {"gpus": [{"index": 0,
+              "name": "NVIDIA H200", "capability": "9.0"}], "driver": "580.159",
+              "git": {"revision": "abc", "dirty": False}}, "topology": {"interconnect": "nvlink"},
+              "profiles": {p.name: p.to_dict() for p in (tp, ep)}}]
+    for profile, speed in ((tp, 1.0), (ep, 1.25)):
+        for conc in (1, 4):
+            ends = {("AR", None): 2.0, ("DFLASH", None): 1.0, ("DDTREE", 8): 0.8,
+                    ("DDTREE", 32): 0.6, ("DDTREE", 128): 0.7}
+            for (algorithm, budget), end in ends.items():
+                verify = None if algorithm == "AR" else int(64 / (2 + (budget or 0) ** 0.3))
+                for i in range(4):
+                    c = cell(algorithm, budget, conc, profile.name)
+                    lines.append(request(c, i, end=end / speed, verify=verify and verify + i))
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    return path
+
+
+class TestReport:
+    def test_writes_markdown_json_and_three_pngs(self, tmp_path: Path, capsys) -> None:
+        """A TP/EP sweep gives every section, the verdicts and three real PNG plots."""
+        out = tmp_path / "rep"
+        rc = cli.main(["report", str(results_file(tmp_path / "r.jsonl")), "-o", str(out),
+                       "--tiers", str(JUNIT / "tests.xml"), str(JUNIT / "bench.xml")])
+        assert rc == 0 and "report:" in capsys.readouterr().out
+        md = (out / "report.md").read_text()
+        for heading in ("## Verify tiers", "## Stack fingerprint", "## Verdicts", "## Benchmarks",
+                        "## TP vs TP+EP", "## Plots"):
+            assert heading in md
+        for name in ("speedup_vs_budget.png", "tau_histogram.png", "tp_vs_ep_throughput.png"):
+            assert f"]({name})" in md
+            data = (out / name).read_bytes()
+            assert data.startswith(PNG) and len(data) > 10_000
+        data = json.loads((out / "report.json").read_text())
+        assert data["requests"] == 2 * 2 * 5 * 4
+        assert data["fingerprints"][0]["fingerprint"]["driver"] == "580.159"
+        assert {p["label"] for p in data["tp_vs_ep"]} >= {"AR", "DDTREE B=128"}
+        ratio = next(p for p in data["tp_vs_ep"] if p["label"] == "AR" and p["concurrency"] == 1)
+        assert ratio["ratio"] == pytest.approx(0.8)
+
+    def test_failed_verdict_is_shouted(self, tmp_path: Path) -> None:
+        """A verdict below its floor is marked FAIL in the Markdown."""
+        path = tmp_path / "r.jsonl"
+        tp = get_profile("test-h200-tp1")
+        rows = [{"kind": "run", "session": "s", "profiles": {tp.name: tp.to_dict()}},
+                request(cell("AR", profile=tp.name), 0),
+                request(cell("DDTREE", 32, profile=tp.name), 0, verify=64)]  # tau 1 < 3.3
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        assert cli.main(["report", str(path), "-o", str(tmp_path / "rep")]) == 0
+        md = (tmp_path / "rep" / "report.md").read_text()
+        assert "| tau | test-h200-tp1 DDTREE B=32 c=1 T=0 | 1 | >= 3.3 | FAIL |" in md
+        assert "- TP vs TP+EP output throughput vs concurrency: not drawn" in md
+
+    def test_tiers_only_report_uses_this_machines_fingerprint(self, tmp_path: Path,
+                                                              monkeypatch) -> None:
+        """With no results (make verify on a CPU box) the report still lists the tiers."""
+        monkeypatch.setattr(stack, "fingerprint", lambda: {"python": "3.12", "gpus": []})
+        out = tmp_path / "rep"
+        assert cli.main(["report", "-o", str(out), "--tiers", str(JUNIT / "tests.xml")]) == 0
+        md = (out / "report.md").read_text()
+        assert "No benchmark results" in md and "the machine that wrote this report" in md
+        assert "| gpu | skipped | 0 | 0 | 1 | [gpu tier] no CUDA GPU" in md
+
+    def test_needs_results_or_tiers(self, tmp_path: Path, capsys) -> None:
+        """Nothing to report, or a missing file, is a usage error."""
+        assert cli.main(["report", "-o", str(tmp_path)]) == 2
+        assert cli.main(["report", str(tmp_path / "none.jsonl"), "-o", str(tmp_path)]) == 2
+        assert "none.jsonl does not exist" in capsys.readouterr().err
+
+
+class TestTiers:
+    def test_tiers_merge_runs_and_keep_skip_reasons(self) -> None:
+        """A benchmark skipped by --benchmark-skip but run under --benchmark-only counts as run."""
+        tiers = read_tiers([JUNIT / "tests.xml", JUNIT / "bench.xml"])
+        assert tiers["cpu"] == {"passed": 2, "failed": 0, "skipped": 0, "reasons": {},
+                                "status": "ran"}
+        assert tiers["bench"]["status"] == "ran" and tiers["bench"]["passed"] == 1
+        assert list(tiers["bench"]["reasons"]) == [
+            "[gpu tier] no CUDA GPU on this machine (gpu tier runs on the GPU machine)"]
+        assert tiers["sglang"]["status"] == "skipped"
+
+    def test_failure_marks_the_tier_failed(self, tmp_path: Path) -> None:
+        """One failing test makes its tier 'failed'."""
+        path = tmp_path / "j.xml"
+        path.write_text('<testsuite><testcase classname="verify.gpu.test_x" name="t">'
+                        '<failure message="boom"/></testcase></testsuite>')
+        assert read_tiers([path])["gpu"]["status"] == "failed"

@@ -1,0 +1,106 @@
+"""Tests for `repro.results`: the crash-safe JSONL file, resume bookkeeping and cell summaries."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from repro.errors import UsageError
+from repro.results import (HEADERS, ResultsWriter, finished, format_table, label_order,
+                           load_records, percentile, read_records, summarize, table_rows)
+from verify.benchdata import cell, request
+
+
+class TestWriter:
+    def test_appended_records_are_read_back(self, tmp_path: Path) -> None:
+        """Each append is one JSON line, readable at once (flushed and fsynced)."""
+        writer = ResultsWriter(tmp_path / "r.jsonl", resume=False)
+        writer.append({"kind": "run", "n": 1})
+        writer.append(request(cell(), 0))
+        assert [r["kind"] for r in read_records(tmp_path / "r.jsonl")] == ["run", "request"]
+        writer.close()
+
+    def test_existing_results_need_resume(self, tmp_path: Path) -> None:
+        """A non-empty output file is never appended to without --resume."""
+        path = tmp_path / "r.jsonl"
+        path.write_text('{"kind": "run"}\n')
+        with pytest.raises(UsageError, match=r"already holds results \(pass --resume"):
+            ResultsWriter(path, resume=False)
+
+    def test_torn_last_line_is_dropped_and_repaired(self, tmp_path: Path) -> None:
+        """A crash mid-line loses only that line: readers skip it, resume cuts it away."""
+        path = tmp_path / "r.jsonl"
+        path.write_text(json.dumps(request(cell(), 0)) + "\n" + '{"kind": "requ')
+        assert len(read_records(path)) == 1
+        writer = ResultsWriter(path, resume=True)
+        writer.append(request(cell(), 1))
+        writer.close()
+        assert [r["index"] for r in read_records(path)] == [0, 1]
+
+    def test_bad_line_in_the_middle_is_an_error(self, tmp_path: Path) -> None:
+        """Corruption anywhere but the tail is reported with its line number."""
+        path = tmp_path / "r.jsonl"
+        path.write_text('{"kind": "run"}\nnot json\n{"kind": "run"}\n')
+        with pytest.raises(UsageError, match=r"r\.jsonl:2: not a JSON record"):
+            read_records(path)
+
+    def test_directories_stand_for_their_jsonl_files(self, tmp_path: Path) -> None:
+        """load_records reads every *.jsonl file of a directory."""
+        for name in ("a", "b"):
+            (tmp_path / f"{name}.jsonl").write_text('{"kind": "run"}\n')
+        (tmp_path / "c.txt").write_text("ignored")
+        assert len(load_records([tmp_path])) == 2
+
+
+class TestSummaries:
+    def test_finished_lists_cell_and_index(self) -> None:
+        """Resume skips exactly the (cell, index) pairs already recorded."""
+        records = [request(cell(), 3), {"kind": "run"}]
+        assert finished(records) == {(cell().key, 3)}
+
+    def test_percentile_interpolates(self) -> None:
+        """Percentiles interpolate linearly between order statistics."""
+        assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
+        assert percentile([5.0], 99) == 5.0 and percentile([], 50) is None
+
+    def test_throughput_ignores_the_gap_between_sessions(self) -> None:
+        """A resumed cell counts each session's wall time, not the pause in between."""
+        rows = [request(cell(), 0, start=0, end=1), request(cell(), 1, start=100, end=101,
+                                                            session="s2")]
+        (summary,) = summarize(rows)
+        assert summary.output_tok_s == pytest.approx(128 / 2)
+
+    def test_speedup_and_tau_against_ar(self) -> None:
+        """Speedup divides by AR's tok/s at the same concurrency; tau averages per request."""
+        rows = [request(cell(), 0, end=2.0),
+                request(cell("DDTREE", 32), 0, end=0.5, verify=16),
+                request(cell("DDTREE", 32), 1, end=0.5, verify=32)]
+        ar, tree = summarize(rows)
+        assert ar.speedup == 1.0 and ar.tau_mean is None
+        assert tree.speedup == pytest.approx((128 / 0.5) / (64 / 2.0))
+        assert tree.tau_mean == pytest.approx((4 + 2) / 2)
+
+    def test_itl_spreads_a_chunk_over_its_tokens(self) -> None:
+        """A chunk of k tokens after gap g counts as k inter-token gaps of g/k."""
+        (s,) = summarize([request(cell(), 0)])
+        assert s.itl_p50_ms == pytest.approx(1.0) and s.itl_p99_ms == pytest.approx(3.94)
+
+    def test_summaries_sort_ar_dflash_then_budgets(self) -> None:
+        """Cells sort AR, DFLASH, then DDTREE by numeric budget."""
+        rows = [request(cell("DDTREE", 64), 0), request(cell("DDTREE", 8), 0),
+                request(cell("DFLASH"), 0), request(cell(), 0)]
+        assert [s.cell.label for s in summarize(rows)] == ["AR", "DFLASH", "DDTREE B=8",
+                                                           "DDTREE B=64"]
+        assert label_order("DDTREE B=16") == (2, 16)
+
+
+class TestTables:
+    def test_markdown_and_text_tables(self) -> None:
+        """The same rows render as a Markdown table or an aligned text table."""
+        rows = table_rows(summarize([request(cell(), 0)]))
+        md = format_table(HEADERS, rows, markdown=True).splitlines()
+        assert md[0].startswith("| profile | algorithm") and md[1].startswith("|---")
+        text = format_table(HEADERS, rows, markdown=False).splitlines()
+        assert text[0].startswith("profile") and set(text[1]) <= {"-", " "}

@@ -1,0 +1,118 @@
+"""Tests for `repro.testmodels`: the planted target, the random target, the drafter, the hook file."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from repro import testmodels
+from repro.sglang_glue.test_hook import DrafterTestHook
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    """Every test model, written once into a temporary directory."""
+    out = tmp_path_factory.mktemp("models")
+    planted = testmodels.write_all(out)
+    return out, planted
+
+
+def _served_logits(weights: dict, eps: float) -> torch.Tensor:
+    """[V, V] logits after each single token, as the inert-layer model serves them in bf16."""
+    x = weights["model.embed_tokens.weight"].float()
+    h = (x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps)).to(torch.bfloat16)
+    return (h @ weights["lm_head.weight"].T).float()
+
+
+class TestPlanted:
+    def test_layers_are_inert(self, written):
+        """Every attention o_proj and MLP down_proj is zero: the residual stream is the embedding."""
+        w = load_file(str(written[0] / "planted" / "model.safetensors"))
+        outs = [v for k, v in w.items() if k.endswith(("o_proj.weight", "down_proj.weight"))]
+        assert len(outs) == 2 * testmodels.QWEN3["num_hidden_layers"]
+        assert all(bool((v == 0).all()) for v in outs)
+
+    def test_greedy_next_token_is_the_successor_with_a_wide_margin(self, written):
+        """argmax after every token is successor[t], ahead of the runner-up by about one logit."""
+        out, planted = written
+        logits = _served_logits(load_file(str(out / "planted" / "model.safetensors")), 1e-6)
+        succ = torch.tensor(testmodels.successor_table(planted["ranked"], planted["vocab_size"]))
+        top = logits.topk(2, dim=-1)
+        assert torch.equal(top.indices[:, 0], succ)
+        assert float((top.values[:, 0] - top.values[:, 1]).min()) >= 0.9
+
+    def test_planted_json_holds_the_served_logits(self, written):
+        """planted.json's logits are the values the bf16 model really produces for ranks 0..2."""
+        out, planted = written
+        logits = _served_logits(load_file(str(out / "planted" / "model.safetensors")), 1e-6)
+        for k, want in enumerate(planted["logits"]):
+            toks = torch.tensor(planted["ranked"][k])
+            got = logits[torch.arange(len(toks)), toks]
+            assert bool((got == want).all()), (k, got.unique(), want)
+
+    def test_next_token_probs_sum_to_one(self, written):
+        """The exact next-token distribution (3 ranked tokens + the uniform rest) sums to 1."""
+        probs = testmodels.next_token_probs(written[1], 123, 1.0)
+        assert math.isclose(sum(probs.values()), 1.0, rel_tol=1e-12)
+        assert max(probs, key=probs.get) == testmodels.successor_table(written[1]["ranked"], 4096)[123]
+
+    def test_greedy_continuation_follows_the_successor(self, written):
+        """greedy_continuation iterates the successor table from the prompt's last token."""
+        succ = testmodels.successor_table(written[1]["ranked"], 4096)
+        assert testmodels.greedy_continuation(written[1], 7, 3) == [succ[7], succ[succ[7]], succ[succ[succ[7]]]]
+
+
+class TestMlaMoe:
+    def test_planted_mla_target_serves_the_planted_logits(self, written):
+        """mla-planted has inert layers and the planted embeddings/head: same greedy outputs."""
+        out, planted = written
+        w = load_file(str(out / "mla-planted" / "model.safetensors"))
+        outs = [v for k, v in w.items() if k.endswith(("o_proj.weight", "down_proj.weight"))]
+        assert outs and all(bool((v == 0).all()) for v in outs)
+        logits = _served_logits(w, 1e-6)
+        succ = torch.tensor(testmodels.successor_table(planted["ranked"], planted["vocab_size"]))
+        assert torch.equal(logits.argmax(-1), succ)
+
+    def test_mla_moe_config_has_mla_and_moe_layers(self, written):
+        """The DeepseekV3 config has a q LoRA, a KV LoRA, routed + shared experts, one dense layer."""
+        cfg = json.loads((written[0] / "mla-random" / "config.json").read_text())
+        w = load_file(str(written[0] / "mla-random" / "model.safetensors"))
+        assert cfg["architectures"] == ["DeepseekV3ForCausalLM"] and cfg["first_k_dense_replace"] == 1
+        assert "model.layers.0.mlp.gate_proj.weight" in w
+        assert "model.layers.1.mlp.experts.7.down_proj.weight" in w
+        assert "model.layers.1.mlp.shared_experts.up_proj.weight" in w
+        assert w["model.layers.2.self_attn.kv_b_proj.weight"].shape == (8 * (64 + 64), 128)
+        assert float(w["model.layers.3.self_attn.o_proj.weight"].float().abs().sum()) > 0
+
+
+class TestOthers:
+    def test_drafter_config_names_the_target_layers_and_mask(self, written):
+        """The drafter is a DFlashDraftModel of block 16 over the target's hidden size."""
+        cfg = json.loads((written[0] / "dflash" / "config.json").read_text())
+        assert cfg["architectures"] == ["DFlashDraftModel"]
+        assert cfg["block_size"] == 16 and cfg["hidden_size"] == testmodels.QWEN3["hidden_size"]
+        assert cfg["dflash_config"]["mask_token_id"] < testmodels.QWEN3["vocab_size"]
+        w = load_file(str(written[0] / "dflash" / "model.safetensors"))
+        assert "fc.weight" in w and "lm_head.weight" not in w
+
+    def test_hook_file_loads_and_continues_the_planted_target(self, written):
+        """hook.json loads as a DrafterTestHook whose continuation is the planted greedy output."""
+        out, planted = written
+        hook = DrafterTestHook.from_file(out / "hook.json", horizon=4, vocab_size=4096, device="cpu")
+        got = hook.correct_tokens(torch.tensor([9]))[0].tolist()
+        assert got == testmodels.greedy_continuation(planted, 9, 4)
+
+    def test_random_target_is_not_inert(self, written):
+        """The random target's layers write to the residual stream (context-dependent outputs)."""
+        w = load_file(str(written[0] / "random" / "model.safetensors"))
+        assert float(w["model.layers.0.self_attn.o_proj.weight"].float().abs().sum()) > 0
+
+    def test_cli_writes_every_model(self, tmp_path):
+        """`python -m repro.testmodels OUT` writes every test model and the hook file."""
+        assert testmodels.main([str(tmp_path)]) == 0
+        names = {p.name for p in tmp_path.iterdir()}
+        assert names == {"planted", "random", "mla-planted", "mla-random", "dflash", "hook.json"}

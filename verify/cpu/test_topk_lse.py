@@ -1,0 +1,138 @@
+"""Tests for `repro.kernels.topk_lse` on the CPU: argument checks, launch plans, and the Triton
+kernels themselves under the interpreter (TRITON_INTERPRET=1, in a subprocess) on small shapes."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from repro.kernels.topk_lse import MAX_K, TopKConfig, make_plan, topk_lse
+from verify.kernel_cases import assert_exact, make_logits
+
+REPO = Path(__file__).resolve().parents[2]
+NO_TRITON = importlib.util.find_spec("triton") is None
+TINY = {"tile": 64, "programs": 5, "scan_block": 16, "gather": 32, "min_cap": 1, "group": 4}
+"""Tunables that force chunked key scans, many splits and the slow path on small rows."""
+
+# (name, kind, rows, vocab, k, dtype, config): each name is one interpreted call.
+CASES = [
+    ("random-bf16", "random", 3, 1000, 64, torch.bfloat16, {}),
+    ("k-equals-vocab", "random", 2, 100, 100, torch.float32, {}),
+    ("k1-fp16", "random", 3, 3000, 1, torch.float16, {}),
+    ("tied-slow-path", "tied", 2, 700, 7, torch.bfloat16, {}),
+    ("flat-slow-path", "flat", 2, 300, 16, torch.float32, {}),
+    ("peaked", "peaked", 3, 2000, 7, torch.bfloat16, {}),
+    ("ascending", "ascending", 2, 1500, 33, torch.float16, {}),
+    ("descending", "descending", 2, 1500, 64, torch.bfloat16, {}),
+    ("boundary-ties", "boundary", 3, 600, 64, torch.float32, {}),
+    ("signed-zeros", "signed_zeros", 2, 500, 16, torch.bfloat16, {}),
+    ("k256", "random", 2, 4096, 256, torch.bfloat16, {}),
+    ("tiny-config-random", "random", 2, 999, 16, torch.float16, TINY),
+    ("tiny-config-boundary", "boundary", 2, 999, 16, torch.bfloat16, TINY),
+]
+SHARDS = [(0, 1100), (1100, 3000)]
+
+
+def _inputs() -> list[dict]:
+    cases = [
+        {"x": make_logits(kind, rows, vocab, dtype, k=k, seed=i), "k": k, "config": config}
+        for i, (_, kind, rows, vocab, k, dtype, config) in enumerate(CASES)
+    ]
+    whole = make_logits("random", 4, 3000, torch.bfloat16, seed=99).view(2, 2, 3000)
+    cases += [{"x": whole[..., lo:hi], "k": 9, "id_offset": lo} for lo, hi in SHARDS]
+    return cases
+
+
+@pytest.fixture(scope="module")
+def interpreted(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict], list[tuple]]:
+    """(inputs, outputs) of every case, run once by the Triton interpreter in a subprocess."""
+    if NO_TRITON:
+        pytest.skip("triton is not installed (pip install -e '.[dev]' brings it on Linux)")
+    tmp = tmp_path_factory.mktemp("topk_lse")
+    inputs = _inputs()
+    torch.save(inputs, tmp / "in.pt")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "verify.kernel_cases", str(tmp / "in.pt"), str(tmp / "out.pt")],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return inputs, torch.load(tmp / "out.pt")
+
+
+class TestInterpreted:
+    @pytest.mark.parametrize("index", range(len(CASES)), ids=[c[0] for c in CASES])
+    def test_matches_stable_sort(self, interpreted, index):
+        """The kernels' top-K equals a stable descending sort (ties by id) and lse matches torch."""
+        inputs, outputs = interpreted
+        assert_exact(inputs[index]["x"], inputs[index]["k"], outputs[index])
+
+    def test_shards_carry_global_ids(self, interpreted):
+        """Vocab-shard views with an id offset give the shard's exact top-K with global ids."""
+        inputs, outputs = interpreted
+        for case, out in zip(inputs[len(CASES):], outputs[len(CASES):]):
+            assert out[0].shape == (2, 2, 9) and out[2].shape == (2, 2)
+            assert_exact(case["x"], 9, out, case["id_offset"])
+
+
+class TestMakePlan:
+    @pytest.mark.parametrize(
+        ("rows", "vocab", "k"), [(15, 163840, 256), (960, 151936, 16), (3, 100, 7), (1, 4096, 1024)]
+    )
+    def test_splits_cover_the_row_once(self, rows, vocab, k):
+        """Splits of whole tiles cover every token once; tiles hold whole groups."""
+        p = make_plan(rows, vocab, k, TopKConfig())
+        assert p.chunk % p.tile == 0 and p.tile % p.group == 0
+        assert (p.splits - 1) * p.chunk < vocab <= p.splits * p.chunk
+        assert p.groups * p.group >= vocab and p.cap >= 2 * p.k_pow2 >= 2 * k
+
+    def test_one_batch_row_set_fills_the_gpu(self):
+        """At bs 1 (15 rows of V 163840) the stream kernel still launches over 132 programs."""
+        p = make_plan(15, 163840, 256, TopKConfig())
+        assert p.rows * p.splits > 132
+
+    def test_groups_shrink_when_vocab_is_small_against_k(self):
+        """At V 4096 and k 1024 every token is its own group, so the key threshold stays tight."""
+        assert make_plan(4, 4096, 1024, TopKConfig()).group == 1
+        assert make_plan(4, 163840, 256, TopKConfig()).group == 32
+
+
+class TestArguments:
+    def test_k_above_vocab_is_an_error(self):
+        """k must not exceed V."""
+        with pytest.raises(ValueError, match=r"k must be an int in \[1, min\(V, 1024\)\] with V=10 \(got 11\)"):
+            topk_lse(torch.zeros(2, 10), 11)
+
+    def test_k_above_max_is_an_error(self):
+        """k above MAX_K is refused even when V is larger."""
+        with pytest.raises(ValueError, match=f"got {MAX_K + 1}"):
+            topk_lse(torch.zeros(1, 4096), MAX_K + 1)
+
+    def test_integer_logits_are_an_error(self):
+        """Only bf16, fp16 and fp32 logits are accepted."""
+        with pytest.raises(ValueError, match="x.dtype must be bfloat16, float16 or float32 .got torch.int64"):
+            topk_lse(torch.zeros(2, 10, dtype=torch.int64), 1)
+
+    def test_negative_offset_is_an_error(self):
+        """id_offset must be >= 0."""
+        with pytest.raises(ValueError, match=r"id_offset must be an int >= 0 \(got -1\)"):
+            topk_lse(torch.zeros(2, 10), 1, id_offset=-1)
+
+    def test_bad_config_is_an_error(self):
+        """A tile that is not a power of two is refused when the config is built."""
+        with pytest.raises(ValueError, match=r"TopKConfig.tile must be a power of two \(got 3000\)"):
+            TopKConfig(tile=3000)
+
+    @pytest.mark.skipif(NO_TRITON, reason="triton is not installed")
+    def test_cpu_tensor_without_interpreter_is_an_error(self):
+        """Outside the interpreter a CPU tensor is refused with a one-line error."""
+        if os.environ.get("TRITON_INTERPRET") == "1":
+            pytest.skip("this process runs the Triton interpreter")
+        with pytest.raises(ValueError, match="x must be a CUDA tensor"):
+            topk_lse(torch.zeros(2, 10), 1)

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Device run for the fused top-K + lse kernel (issue 6, item 1). From the repository root:
+#
+#   bash verify/device/kernels.sh tests   # GPU correctness tests + pytest-benchmark smoke  (~3-5 min)
+#   bash verify/device/kernels.sh sweep   # tunable sweep, then the full JSON table         (~4-7 min)
+#   bash verify/device/kernels.sh bench   # the full JSON table with the default config     (~2-3 min)
+#
+# Logs and JSON go to $OUT (default build/device): tests.log, junit-topk.xml, pytest-bench.json,
+# bench.log, bench_topk.json, gpu.txt. Exit status is non-zero if a test failed or a result was
+# not exact. Each phase fits in one 10-minute device command.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-build/device}
+mkdir -p "$OUT"
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+PY=${PYTHON:-python3}
+phase=${1:-tests}
+rc=0
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv >"$OUT/gpu.txt" 2>&1
+"$PY" -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)' >>"$OUT/gpu.txt" 2>&1
+
+case $phase in
+tests)
+  xdist=()
+  "$PY" -c 'import xdist' 2>/dev/null && xdist=(-n 8)
+  timeout 420 "$PY" -m pytest verify/gpu/test_topk_lse.py verify/bench/test_bench_topk.py -q -rfEs \
+    -p no:cacheprovider "${xdist[@]}" --benchmark-disable --junitxml="$OUT/junit-topk.xml" 2>&1 | tee "$OUT/tests.log"
+  rc=${PIPESTATUS[0]}
+  timeout 150 "$PY" -m pytest verify/bench/test_bench_topk.py -q -p no:cacheprovider --benchmark-only \
+    --benchmark-json="$OUT/pytest-bench.json" 2>&1 | tail -20 | tee -a "$OUT/tests.log"
+  ;;
+sweep | bench)
+  args=(--adversarial)
+  [[ $phase == sweep ]] && args+=(--sweep)
+  timeout 570 "$PY" -m verify.bench.bench_topk "${args[@]}" --out "$OUT/bench_topk.json" 2>&1 | tee "$OUT/bench.log"
+  rc=${PIPESTATUS[0]}
+  ;;
+*)
+  echo "kernels.sh: phase must be tests, sweep or bench (got $phase)" >&2
+  exit 2
+  ;;
+esac
+exit "$rc"
