@@ -1,4 +1,5 @@
-"""Logit rows for the fused top-K + lse kernel's tests and benchmark, and the torch reference.
+"""Logit rows for the fused top-K + lse kernel's tests and benchmark, the torch reference and
+the exactness check.
 
 Also a runner for the Triton interpreter: ``python -m verify.kernel_cases IN.pt OUT.pt`` runs
 :func:`repro.kernels.topk_lse.topk_lse` under ``TRITON_INTERPRET=1`` on every case saved in IN.pt

@@ -33,8 +33,9 @@ def ancestor_mask(tree: DraftTree) -> torch.Tensor:
 def full_mask(anc: torch.Tensor, prefix_lens: torch.Tensor, prefix_lens_sum: int) -> torch.Tensor:
     """Flattened FULL mask [sum_b N*(S_b+N)] bool: per request, N rows of [S_b x True | anc row].
 
-    ``prefix_lens_sum`` must equal ``prefix_lens.sum()``; it is passed in so that the output
-    size never needs a device read.
+    ``prefix_lens_sum`` sizes the output without a device read. It may be an upper bound of
+    ``prefix_lens.sum()`` (an overlap scheduler knows only that much on the host): the requests'
+    blocks come first, at the same offsets, and the unused tail is all True.
     """
     bs, n, _ = anc.shape
     lens = prefix_lens.to(device=anc.device, dtype=torch.int64)

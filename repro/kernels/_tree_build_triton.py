@@ -15,31 +15,78 @@ def _rank_code(n):
     code = (((one << (m + 2)) - 2) << m) | (n - (one << m))
     return code, 2 * m + 2
 
-@triton.jit
-def _exchange(score, lex, idx, S: tl.constexpr, J: tl.constexpr, LOG_N: tl.constexpr):
-    """One bitonic compare-exchange step at distance 2**J inside blocks of 2**S."""
-    a: tl.constexpr = (1 << LOG_N) >> (J + 1)
-    b: tl.constexpr = 1 << J
-    sl, sr = tl.split(tl.permute(tl.reshape(score, [a, 2, b]), (0, 2, 1)))
-    ll, lr = tl.split(tl.permute(tl.reshape(lex, [a, 2, b]), (0, 2, 1)))
-    il, ir = tl.split(tl.permute(tl.reshape(idx, [a, 2, b]), (0, 2, 1)))
-    left_better = (sl > sr) | ((sl == sr) & (ll < lr))
-    group = tl.arange(0, a)[:, None]
-    want_left_better = ((group >> (S - J - 1)) & 1) == 0
-    swap = left_better != want_left_better
-    n: tl.constexpr = 1 << LOG_N
-    score = tl.reshape(tl.permute(tl.join(tl.where(swap, sr, sl), tl.where(swap, sl, sr)), (0, 2, 1)), [n])
-    lex = tl.reshape(tl.permute(tl.join(tl.where(swap, lr, ll), tl.where(swap, ll, lr)), (0, 2, 1)), [n])
-    idx = tl.reshape(tl.permute(tl.join(tl.where(swap, ir, il), tl.where(swap, il, ir)), (0, 2, 1)), [n])
-    return score, lex, idx
+# Selection (score desc, code asc, index asc: a strict order) by bitonic networks on a
+# [2] * n "hypercube" view: a compare-exchange partner is one xor-reduction along a size-2 axis,
+# which stays in registers and warp shuffles (the layout trick of Triton's own tl.sort), and the
+# best 2**k of 2**n come from sorting blocks of 2**k and halving (bitonic top-k).
 
 @triton.jit
-def _sort(score, lex, idx, LOG_N: tl.constexpr):
-    """Best first: score descending, then code ascending; ``idx`` rides along."""
-    for s in tl.static_range(1, LOG_N + 1):
-        for jj in tl.static_range(s):
-            score, lex, idx = _exchange(score, lex, idx, s, s - 1 - jj, LOG_N)
-    return score, lex, idx
+def _better(s1, l1, i1, s2, l2, i2):
+    return (s1 > s2) | ((s1 == s2) & ((l1 < l2) | ((l1 == l2) & (i1 < i2))))
+
+
+@triton.jit
+def _keep_better(s1, l1, i1, s2, l2, i2):
+    b = _better(s1, l1, i1, s2, l2, i2)
+    return tl.where(b, s1, s2), tl.where(b, l1, l2), tl.where(b, i1, i2)
+
+
+@triton.jit
+def _xor(a, b):
+    return a ^ b
+
+
+@triton.jit
+def _bit(n_dims: tl.constexpr, j: tl.constexpr):
+    """Bit j of the flat index, shaped to broadcast over the hypercube."""
+    return tl.reshape(tl.arange(0, 2), [1] * (n_dims - j - 1) + [2] + [1] * j)
+
+
+@triton.jit
+def _partner(x, n_dims: tl.constexpr, j: tl.constexpr):
+    """Each element's partner across bit j (x ^ (x ^ partner))."""
+    return x ^ tl.reduce(x, n_dims - 1 - j, _xor, keep_dims=True)
+
+
+@triton.jit
+def _exchange(s, l, i, flip, n_dims: tl.constexpr, j: tl.constexpr):
+    ps = _partner(s.to(tl.int64, bitcast=True), n_dims, j).to(tl.float64, bitcast=True)
+    pl = _partner(l, n_dims, j)
+    pi = _partner(i, n_dims, j)
+    keep = _better(s, l, i, ps, pl, pi) != ((flip ^ _bit(n_dims, j)) == 1)
+    return tl.where(keep, s, ps), tl.where(keep, l, pl), tl.where(keep, i, pi)
+
+
+@triton.jit
+def _merge(s, l, i, stage: tl.constexpr, alternate: tl.constexpr):
+    """Bitonic merge of blocks of 2**stage: best first, or alternating block directions."""
+    n_dims: tl.constexpr = len(s.shape)
+    if alternate:
+        flip = _bit(n_dims, stage)
+    else:
+        flip = tl.zeros([1] * n_dims, tl.int32)
+    for jj in tl.static_range(stage):
+        s, l, i = _exchange(s, l, i, flip, n_dims, stage - 1 - jj)
+    return s, l, i
+
+
+@triton.jit
+def _best(score, lex, idx, LOG_N: tl.constexpr, LOG_K: tl.constexpr):
+    """The best 2**LOG_K of 2**LOG_N entries, best first (bitonic sort of blocks, then halving)."""
+    if LOG_K == 0:  # just the best one
+        s, l, i = tl.reduce((score, lex, idx), 0, _keep_better)
+        return tl.zeros([1], s.dtype) + s, tl.zeros([1], l.dtype) + l, tl.zeros([1], i.dtype) + i
+    s = tl.reshape(score, [2] * LOG_N)
+    l = tl.reshape(lex, [2] * LOG_N)
+    i = tl.reshape(idx, [2] * LOG_N)
+    for st in tl.static_range(1, LOG_K + 1):
+        s, l, i = _merge(s, l, i, st, st < LOG_N)
+    for h in tl.static_range(LOG_K + 1, LOG_N + 1):
+        s, l, i = tl.reduce((s, l, i), LOG_N - h, _keep_better)  # the better of each block pair
+        s, l, i = _merge(s, l, i, LOG_K, h < LOG_N)
+    k: tl.constexpr = 1 << LOG_K
+    return tl.reshape(s, [k]), tl.reshape(l, [k]), tl.reshape(i, [k])
+
 
 @triton.jit
 def tree_kernel(
@@ -47,16 +94,16 @@ def tree_kernel(
     fx_ptr, fscore_ptr, flex_ptr, fbits_ptr, fprod_ptr, frank_ptr, fslot_ptr, inv_ptr,
     tokens_ptr, parents_ptr, depths_ptr, scores_ptr, nodes_ptr,
     KT, L, KB, D, B,
-    FP: tl.constexpr, LOG_P: tl.constexpr, LOG_U: tl.constexpr,
+    FP: tl.constexpr, LOG_F: tl.constexpr, LOG_P: tl.constexpr, LOG_U: tl.constexpr,
 ):
+    """One request's tree: per-depth best-FP frontiers in scratch, then the best B of them all."""
     b = tl.program_id(0)
-    F: tl.constexpr = FP  # frontier slots per level (invalid entries sort last)
     lrow = logits_ptr + b * L * KT
     frow = b * D * FP
     neg_inf = float("-inf")
+    q = tl.arange(0, FP)
 
     # depth 1: ranks 0..KB-1
-    q = tl.arange(0, FP)
     ok = q < KB
     c = tl.load(lse_ptr + b * L).to(tl.float64)
     x = tl.load(lrow + q, mask=ok, other=0.0).to(tl.float64)
@@ -70,6 +117,7 @@ def tree_kernel(
     tl.store(fslot_ptr + frow + q, tl.full([FP], -1, tl.int32))
     tl.debug_barrier()
 
+    # depth d: children (parent position, rank) from the static pair table, best FP kept
     p = tl.arange(0, 1 << LOG_P)
     in_p = p < P
     slot = tl.load(slot_tab + p, mask=in_p, other=0)
@@ -86,44 +134,41 @@ def tree_kernel(
         lex = tl.load(flex_ptr + prev) | (code << tl.maximum(63 - used, 0))
         score = tl.where(valid, cx - c, neg_inf)
         lex = tl.where(valid, lex, INT64_MAX)
-        score, lex, order = _sort(score, lex, p, LOG_P)
-        # re-gather the fields of the kept (sorted) candidates
-        keep = p < F
-        s2 = tl.load(slot_tab + order, mask=keep & (order < P), other=0)
-        r2 = tl.load(rank_tab + order, mask=keep & (order < P), other=0)
+        score, lex, order = _best(score, lex, p, LOG_P, LOG_F)
+        s2 = tl.load(slot_tab + order, mask=order < P, other=0)
+        r2 = tl.load(rank_tab + order, mask=order < P, other=0)
         prev2 = frow + (d - 1) * FP + s2
         c2, l2 = _rank_code(r2.to(tl.int64) + 1)
-        out = frow + d * FP + p
-        tl.store(fx_ptr + out, tl.load(fx_ptr + prev2, mask=keep, other=0.0)
-                 + tl.load(lrow + d * KT + r2, mask=keep, other=0.0).to(tl.float64), mask=keep)
-        tl.store(fscore_ptr + out, score, mask=keep)
-        tl.store(flex_ptr + out, lex, mask=keep)
-        tl.store(fbits_ptr + out, tl.load(fbits_ptr + prev2, mask=keep, other=0) + l2, mask=keep)
-        tl.store(fprod_ptr + out, tl.load(fprod_ptr + prev2, mask=keep, other=1) * (r2.to(tl.int64) + 1), mask=keep)
-        tl.store(frank_ptr + out, r2, mask=keep)
-        tl.store(fslot_ptr + out, s2, mask=keep)
+        out = frow + d * FP + q
+        tl.store(fx_ptr + out, tl.load(fx_ptr + prev2) + tl.load(lrow + d * KT + r2).to(tl.float64))
+        tl.store(fscore_ptr + out, score)
+        tl.store(flex_ptr + out, lex)
+        tl.store(fbits_ptr + out, tl.load(fbits_ptr + prev2) + l2)
+        tl.store(fprod_ptr + out, tl.load(fprod_ptr + prev2) * (r2.to(tl.int64) + 1))
+        tl.store(frank_ptr + out, r2)
+        tl.store(fslot_ptr + out, s2)
         tl.debug_barrier()
 
-    # the best B of the union of all levels, best first
+    # the best B of the union of all depths, best first; parents through an inverse map
     u = tl.arange(0, 1 << LOG_U)
     in_u = u < D * FP
     score = tl.load(fscore_ptr + frow + u, mask=in_u, other=neg_inf)
     lex = tl.load(flex_ptr + frow + u, mask=in_u, other=INT64_MAX)
     lex = tl.where(score > neg_inf, lex, INT64_MAX)
-    score, lex, order = _sort(score, lex, u, LOG_U)
-    tl.store(inv_ptr + b * (1 << LOG_U) + u, tl.full([1 << LOG_U], -1, tl.int32))
+    score, lex, order = _best(score, lex, u, LOG_U, LOG_F)
+    inv = inv_ptr + b * (1 << LOG_U)
+    tl.store(inv + u, tl.full([1 << LOG_U], -1, tl.int32))
     tl.debug_barrier()
-    chosen = (u < B) & (score > neg_inf)
-    tl.store(inv_ptr + b * (1 << LOG_U) + order, u.to(tl.int32) + 1, mask=chosen)
+    chosen = (q < B) & (score > neg_inf)
+    tl.store(inv + order, q.to(tl.int32) + 1, mask=chosen)
     tl.debug_barrier()
     level = order // FP
     rank = tl.load(frank_ptr + frow + order, mask=chosen, other=0)
     pslot = tl.load(fslot_ptr + frow + order, mask=chosen, other=0)
-    parent_u = (level - 1) * FP + pslot
-    parent = tl.where(level == 0, 0, tl.load(inv_ptr + b * (1 << LOG_U) + parent_u, mask=chosen & (level > 0), other=0))
+    parent = tl.where(level == 0, 0, tl.load(inv + (level - 1) * FP + pslot, mask=chosen & (level > 0), other=0))
     token = tl.load(ids_ptr + b * L * KT + level * KT + rank, mask=chosen, other=-1)
-    col = b * (B + 1) + 1 + u
-    row_ok = u < B
+    col = b * (B + 1) + 1 + q
+    row_ok = q < B
     tl.store(tokens_ptr + col, tl.where(chosen, token, -1), mask=row_ok)
     tl.store(parents_ptr + col, tl.where(chosen, parent.to(tl.int64), -1), mask=row_ok)
     tl.store(depths_ptr + col, tl.where(chosen, level.to(tl.int64) + 1, 0), mask=row_ok)
@@ -139,7 +184,7 @@ def tree_kernel(
 def verify_kernel(
     tokens_ptr, parents_ptr, depths_ptr, lens_ptr, bs, D, pad_token,
     ids_out, pos_out, anc_out, full_out, index_out, first_out, sibling_out, keys_ptr,
-    N: tl.constexpr, NP: tl.constexpr, BS_P: tl.constexpr, COLS: tl.constexpr,
+    N: tl.constexpr, NP: tl.constexpr, BS_P: tl.constexpr, ROWS: tl.constexpr,
 ):
     """Verify tensors of one request: ids, positions, ancestor mask, flat FULL mask, pointers."""
     b = tl.program_id(0)
@@ -160,12 +205,11 @@ def verify_kernel(
         c = c0 + tl.arange(0, BS_P)
         lens = tl.load(lens_ptr + c, mask=c < b, other=0)
         start += tl.sum(tl.where(c < b, N * (lens + N), 0), 0).to(tl.int64)
-    width = s + N
-    col = tl.arange(0, COLS)
-    for r in range(N):  # prefix columns all True, tree columns False until the ancestors land
-        for c0 in range(0, width.to(tl.int32), COLS):
-            cc = c0 + col
-            tl.store(full_out + start + r * width + cc, cc < s, mask=cc < width)
+    width = s + N  # the caller filled the flat mask with True: clear this request's tree block
+    cols = tl.arange(0, NP)
+    for r0 in range(0, N, ROWS):
+        r = r0 + tl.arange(0, ROWS)[:, None]
+        tl.store(full_out + start + r * width + s + cols[None, :], 0, mask=(r < N) & (cols[None, :] < N))
     for r0 in range(0, N * N, NP):  # ancestor mask: clear
         tl.store(anc_out + b * N * N + r0 + i, 0, mask=r0 + i < N * N)
     tl.debug_barrier()

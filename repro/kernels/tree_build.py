@@ -98,7 +98,7 @@ def build_trees_fused(topk: TopK, budget: int, root_tokens: torch.Tensor | None 
         topk.logits.contiguous(), topk.ids.contiguous(), topk.lse.contiguous(), roots,
         slot, rank, n_pairs, *scratch,
         tokens, parents, depths, scores, nodes, kt, horizon, kb, depth, budget,
-        FP=fp, LOG_P=log_p, LOG_U=log_u, num_warps=num_warps,
+        FP=fp, LOG_F=fp.bit_length() - 1, LOG_P=log_p, LOG_U=log_u, num_warps=num_warps,
     )
     return DraftTree(tokens, parents, depths, nodes, scores, budget, horizon, root_tokens is not None)
 
@@ -106,7 +106,8 @@ def build_trees_fused(topk: TopK, budget: int, root_tokens: torch.Tensor | None 
 def verify_tensors_fused(
     tree: DraftTree, prefix_lens: torch.Tensor, prefix_lens_sum: int, pad_token: int = 0, num_warps: int = 4
 ) -> VerifyTensors:
-    """``repro.ddtree.verify_tensors`` in one Triton launch; same tensors, same layouts."""
+    """``repro.ddtree.verify_tensors`` in one Triton launch (after a memset); same tensors and
+    layouts, and the same contract for ``prefix_lens_sum`` (an upper bound leaves a True tail)."""
     if not tree.has_root:
         raise ValueError("verify_tensors needs a tree built with root_tokens (got a tree without roots)")
     bs, n = tree.tokens.shape
@@ -116,12 +117,12 @@ def verify_tensors_fused(
     i64 = dict(dtype=torch.int64, device=dev)
     ids, pos, index, first, sibling = (torch.empty(bs * n, **i64) for _ in range(5))
     anc = torch.empty(bs, n, n, dtype=torch.bool, device=dev)
-    full = torch.empty(n * prefix_lens_sum + bs * n * n, dtype=torch.bool, device=dev)
+    full = torch.ones(n * prefix_lens_sum + bs * n * n, dtype=torch.bool, device=dev)
     keys = torch.empty(bs * (np_ + 1), **i64)
     _verify_kernel()[(bs,)](
         tree.tokens.contiguous(), tree.parents.contiguous(), tree.depths.contiguous(), lens, bs,
         min(tree.horizon, tree.budget), pad_token, ids, pos, anc, full, index, first, sibling, keys,
-        N=n, NP=np_, BS_P=min(_pow2(bs), 1024), COLS=1024, num_warps=num_warps,
+        N=n, NP=np_, BS_P=min(_pow2(bs), 1024), ROWS=max(1, 4096 // np_), num_warps=num_warps,
     )
     view = lambda t: t.view(bs, n)  # noqa: E731
     return VerifyTensors(ids, pos, anc, full, view(index), view(first), view(sibling))

@@ -1,5 +1,6 @@
 """`repro.kernels.tree_build` under the Triton interpreter (TRITON_INTERPRET=1, in a subprocess):
-the fused one-program-per-request tree equals `build_trees_from_topk` on small shapes."""
+the fused tree and verify-tensor kernels equal `build_trees_from_topk` / `verify_tensors` on
+small shapes."""
 
 from __future__ import annotations
 
@@ -17,12 +18,12 @@ SCRIPT = r"""
 import torch
 from verify.kernel_cases import _fix_interpreter_for_numpy_2_4
 _fix_interpreter_for_numpy_2_4()
-from repro.ddtree import build_trees_from_topk, topk_logprobs
-from repro.kernels.tree_build import build_trees_fused
+from repro.ddtree import build_trees_from_topk, topk_logprobs, verify_tensors
+from repro.kernels.tree_build import build_trees_fused, verify_tensors_fused
 g = torch.Generator().manual_seed(0)
 q = torch.tensor([[.05, .60, .25, .07, .03], [.50, .04, .10, .30, .06], [.08, .70, .12, .06, .04]])
 cases = [(q.log()[None], b) for b in (1, 3, 6)]
-for i in range(30):  # ties, random and flat rows; budgets past V pad the tree
+for i in range(12):  # ties, random and flat rows; budgets past V pad the tree
     L, V, B = (int(torch.randint(lo, hi, (1,), generator=g)) for lo, hi in ((1, 6), (1, 25), (0, 40)))
     x = [torch.randint(-2, 3, (2, L, V), generator=g).float(), torch.randn(2, L, V, generator=g), torch.zeros(2, L, V)][i % 3]
     cases.append((x, B))
@@ -33,17 +34,24 @@ for x, budget in cases:
     want, got = build_trees_from_topk(topk, budget, roots), build_trees_fused(topk, budget, roots)
     for name in ("tokens", "parents", "depths", "scores", "num_nodes"):
         assert torch.equal(getattr(want, name), getattr(got, name)), (x.shape, budget, name)
+    lens = torch.randint(0, 12, (x.shape[0],), generator=g)
+    for total in (int(lens.sum()), int(lens.sum()) + 5):  # exact, and an upper bound
+        a, f = verify_tensors(want, lens, total), verify_tensors_fused(got, lens, total)
+        for name in ("input_ids", "positions", "ancestor_mask", "full_mask", "retrive_index",
+                     "retrive_next_token", "retrive_next_sibling"):
+            assert torch.equal(getattr(a, name), getattr(f, name)), (x.shape, budget, name)
 print(f"{len(cases)} cases equal")
 """
 
 
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
-def test_fused_tree_equals_batched_path_under_the_interpreter():
-    """Worked example, 30 seeded ties/random/flat cases and a certain-token case match exactly."""
+def test_fused_kernels_equal_the_torch_path_under_the_interpreter():
+    """Worked example, 12 seeded ties/random/flat cases and a certain-token case: trees and verify
+    tensors (FULL mask sized exactly and by an upper bound) match exactly."""
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO)}
     proc = subprocess.run([sys.executable, "-c", SCRIPT], cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "34 cases equal" in proc.stdout
+    assert "16 cases equal" in proc.stdout
 
 
 def test_budget_limit_is_a_clear_error():

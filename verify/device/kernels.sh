@@ -4,10 +4,11 @@
 #   bash verify/device/kernels.sh tests   # GPU correctness tests + pytest-benchmark smoke  (~3-5 min)
 #   bash verify/device/kernels.sh sweep   # tunable sweep, then the full JSON table         (~4-7 min)
 #   bash verify/device/kernels.sh bench   # the full JSON table with the default config     (~2-3 min)
+#   bash verify/device/kernels.sh profile # Nsight Compute on both kernels at bs 1, 8, 64    (~2 min)
 #
 # Logs and JSON go to $OUT (default build/device): tests.log, junit-topk.xml, pytest-bench.json,
-# bench.log, bench_topk.json, gpu.txt. Exit status is non-zero if a test failed or a result was
-# not exact. Each phase fits in one 10-minute device command.
+# bench.log, bench_topk.json, profile.log, ncu.txt, topk.ncu-rep, gpu.txt. Exit status is non-zero
+# if a test failed or a result was not exact. Each phase fits in one 10-minute device command.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-build/device}
@@ -35,8 +36,26 @@ sweep | bench)
   timeout 570 "$PY" -m verify.bench.bench_topk "${args[@]}" --out "$OUT/bench_topk.json" 2>&1 | tee "$OUT/bench.log"
   rc=${PIPESTATUS[0]}
   ;;
+profile)
+  ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  [[ -n $ncu ]] || { echo "kernels.sh: ncu not found" >&2; exit 2; }
+  cat >/tmp/topk_profile.py <<'PY'
+import torch
+from repro.kernels.topk_lse import topk_lse
+for bs in (1, 8, 64):
+    x = (torch.randn(bs * 15, 163840, device="cuda") * 3).to(torch.bfloat16)
+    topk_lse(x, 256)  # compile; the second call is the one to read
+    torch.cuda.synchronize()
+    topk_lse(x, 256)
+    torch.cuda.synchronize()
+PY
+  timeout 570 "$ncu" --clock-control none --set full -k 'regex:stream_kernel|select_kernel' -f -o "$OUT/topk" \
+    "$PY" /tmp/topk_profile.py 2>&1 | tail -40 | tee "$OUT/profile.log"
+  rc=${PIPESTATUS[0]}
+  "$ncu" --import "$OUT/topk.ncu-rep" --page details >"$OUT/ncu.txt" 2>&1
+  ;;
 *)
-  echo "kernels.sh: phase must be tests, sweep or bench (got $phase)" >&2
+  echo "kernels.sh: phase must be tests, sweep, bench or profile (got $phase)" >&2
   exit 2
   ;;
 esac
