@@ -12,7 +12,8 @@ from dataclasses import replace
 
 import torch
 
-from repro.ddtree import TopK, merge_topk, topk_logprobs
+from repro.ddtree import TopK, merge_topk
+from repro.sglang_glue.tree import shard_topk
 
 # all_gather(t) -> the tensors every rank passed, in rank order (t itself when tp = 1)
 AllGather = Callable[[torch.Tensor], list[torch.Tensor]]
@@ -37,7 +38,7 @@ def vocab_parallel_topk(
     """
     bs, horizon, _ = hidden.shape
     local = torch.matmul(hidden.to(weight.dtype), weight[:num_org].T).float()  # [bs, L, num_org]
-    part = topk_logprobs(local, k)
+    part = shard_topk(local, k)
     part = replace(part, ids=part.ids + org_vocab_start, vocab_size=vocab_size)
     if all_gather is None:
         return part
