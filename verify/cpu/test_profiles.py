@@ -169,4 +169,4 @@ class TestModelPaths:
     def test_model_path_keeps_absolute_paths(self) -> None:
         """An absolute model value is used as given; a relative one goes under the root."""
         assert model_path("/abs/m", Path("/root")) == Path("/abs/m")
-        assert model_path("m", Path("/root")) == Path("/root/m")
+        assert model_path("m", Path("/models")) == Path("/models/m")
