@@ -216,9 +216,9 @@ def decode_ddtree(
             lambda logits: sampling.choose(logits, gen),
         )
         n = out.tree.n
-        rows = kv_slots_to_keep(torch.arange(bs * n), out.walk, n)  # verify row b*N+i wrote slot b*N+i
-        take = lambda t: t.reshape(bs * n, -1)[rows.clamp(min=0)]  # noqa: E731
-        cache.append(take(scratch["k"]), take(scratch["v"]), take(scratch["hidden"]), out.walk.accept_len)
+        rows = kv_slots_to_keep(torch.arange(bs * n), out.walk, n).clamp(min=0)  # row b*N+i wrote slot b*N+i
+        k, v, hidden = (scratch[name].reshape(bs * n, -1)[rows] for name in ("k", "v", "hidden"))
+        cache.append(k, v, hidden, out.walk.accept_len)
         taus = out.walk.accept_len.tolist()
         for b, (row, tau) in enumerate(zip(out.emitted.tolist(), taus)):
             assert NOT_ACCEPTED not in row[:tau]

@@ -161,8 +161,8 @@ def _frontiers(x: torch.Tensor, lse_cum: torch.Tensor, budget: int) -> list[_Lev
         score = torch.where(valid, cx - lse_cum[:, d : d + 1], float("-inf"))
         lex = torch.where(valid, lex, _LAST)
         keep = _best_first(score, lex)[:, :budget]
-        take = lambda t: torch.gather(t, 1, keep)  # noqa: E731
-        levels.append(_Level(take(cx), take(score), take(lex), take(bits), take(prod), r[keep], slot[keep], take(valid)))
+        cols = [torch.gather(t, 1, keep) for t in (cx, score, lex, bits, prod)]
+        levels.append(_Level(*cols, rank=r[keep], slot=slot[keep], valid=torch.gather(valid, 1, keep)))
     return levels
 
 
