@@ -50,6 +50,9 @@ def greedy_tokens(logits: torch.Tensor) -> torch.Tensor:
     return torch.argmax(logits, dim=-1)
 
 
+_SAMPLER_BYTES = 1 << 29  # temporaries of one sampling chunk (sorted logits, order, probs, ...)
+
+
 def sample_target_tokens(
     logits: torch.Tensor,
     temperature: torch.Tensor,
@@ -61,23 +64,34 @@ def sample_target_tokens(
 
     ``temperature`` [bs] (0 means greedy), ``top_k`` [bs] (<= 0 disables), ``top_p`` [bs] (1
     disables). Sampling is an exponential race (argmax of p / Exp(1)), so it never syncs; the
-    ``generator`` makes it reproducible.
+    ``generator`` makes it reproducible. Rows go through in chunks of about 512 MiB of
+    temporaries, so a large vocabulary (Kimi's 163840) never needs bs*N*V sorted copies at once.
     """
     bs, n, vocab = logits.shape
     for name, t in (("temperature", temperature), ("top_k", top_k), ("top_p", top_p)):
         if t.shape != (bs,):
             raise ValueError(f"{name} must have shape [bs] = ({bs},) (got {tuple(t.shape)})")
-    x = logits.float()
+    rows = logits.reshape(bs * n, vocab)
+    per_row = lambda t: t.repeat_interleave(n)  # noqa: E731 - one rule per request, N rows each
+    rules = (per_row(temperature.float()), per_row(top_k), per_row(top_p.float()))
+    step = max(1, _SAMPLER_BYTES // (vocab * 24))
+    out = [_sample_rows(rows[i : i + step], *(r[i : i + step] for r in rules), generator)
+           for i in range(0, bs * n, step)]
+    return torch.cat(out).view(bs, n)
+
+
+def _sample_rows(x, temperature, top_k, top_p, generator) -> torch.Tensor:
+    """The rule of each row of x [R, V] (temperature/top_k/top_p [R]) applied to that row."""
+    vocab = x.shape[-1]
+    x = x.float()
     greedy = temperature <= 0
-    scaled = x / torch.where(greedy, 1.0, temperature.float())[:, None, None]
-    sorted_x, order = torch.sort(scaled, dim=-1, descending=True)
+    sorted_x, order = torch.sort(x / torch.where(greedy, 1.0, temperature)[:, None], dim=-1, descending=True)
     ranks = torch.arange(vocab, device=x.device)
     k = torch.where(top_k > 0, top_k, vocab).clamp(max=vocab)
     probs = torch.softmax(sorted_x, dim=-1)
     before = torch.cumsum(probs, dim=-1) - probs  # mass strictly above each rank
-    keep = (ranks < k[:, None, None]) & ((before < top_p.float()[:, None, None]) | (ranks == 0))
+    keep = (ranks < k[:, None]) & ((before < top_p[:, None]) | (ranks == 0))
     kept = torch.where(keep, probs, 0.0)
     race = torch.empty_like(kept).exponential_(generator=generator)
-    choice = torch.argmax(kept / race, dim=-1, keepdim=True)
-    sampled = torch.gather(order, -1, choice)[..., 0]
-    return torch.where(greedy[:, None], greedy_tokens(x), sampled)
+    sampled = torch.gather(order, -1, torch.argmax(kept / race, dim=-1, keepdim=True))[:, 0]
+    return torch.where(greedy, greedy_tokens(x), sampled)

@@ -89,6 +89,21 @@ class TestSampler:
         expected = torch.softmax(x.double() / 0.8, -1) * 20000
         assert chisquare(counts.numpy(), expected.numpy()).pvalue > 1e-3
 
+    def test_chunked_rows_keep_each_requests_rule(self, monkeypatch):
+        """Forced into many small chunks, rows still follow their own request's rule: request 0
+        (greedy) gives the argmax everywhere, request 1 (T = 0.8) passes the chi-square test."""
+        import importlib
+
+        walk_module = importlib.import_module("repro.ddtree.walk")  # the package re-exports walk()
+        monkeypatch.setattr(walk_module, "_SAMPLER_BYTES", 5 * 24 * 7)  # 7 rows per chunk
+        x = torch.tensor([1.0, 0.2, -0.5, 0.0, 2.0]).expand(2, 20000, 5)
+        rule = (torch.tensor([0.0, 0.8]), torch.zeros(2, dtype=torch.int64), torch.ones(2))
+        draws = sample_target_tokens(x, *rule, torch.Generator().manual_seed(2))
+        assert (draws[0] == 4).all()
+        counts = torch.bincount(draws[1], minlength=5).double()
+        expected = torch.softmax(x[0, 0].double() / 0.8, -1) * 20000
+        assert chisquare(counts.numpy(), expected.numpy()).pvalue > 1e-3
+
     def test_rule_shape_checked(self):
         """temperature/top_k/top_p must be [bs]."""
         with pytest.raises(ValueError, match=r"temperature must have shape \[bs\] = \(2,\)"):
