@@ -22,7 +22,7 @@ import torch
 
 from repro.ddtree import build_trees, verify_tensors, walk
 from verify.sglang import harness
-from verify.sglang.test_ddtree_sampling import alpha, chi2_sf
+from verify.sglang.test_ddtree_sampling import alpha, chi2_sf, chi_square
 
 pytestmark = [pytest.mark.sglang, pytest.mark.gpu]
 
@@ -185,18 +185,5 @@ class TestTreeKernels:
                     expected[(t1, t2)] = float(p[0, t1] * p[child[t1], t2])
             else:
                 expected[(t1, -1)] = float(p[0, t1])
-        counts = Counter(emitted)
-        stat, cells = 0.0, 0
-        pooled_o, pooled_e = 0, 0.0
-        for key, q in expected.items():
-            e = bs * q
-            if e < 5:
-                pooled_o, pooled_e = pooled_o + counts.get(key, 0), pooled_e + e
-                continue
-            stat += (counts.get(key, 0) - e) ** 2 / e
-            cells += 1
-        pooled_o += sum(c for k, c in counts.items() if k not in expected)
-        if pooled_e:
-            stat += (pooled_o - pooled_e) ** 2 / pooled_e
-            cells += 1
-        assert chi2_sf(stat, cells - 1) > alpha(), (stat, cells)
+        stat, dof = chi_square(Counter(emitted), expected, bs)
+        assert chi2_sf(stat, dof) > alpha(), (stat, dof)
