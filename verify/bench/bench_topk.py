@@ -24,7 +24,6 @@ import dataclasses
 import datetime as dt
 import json
 import statistics
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -33,6 +32,7 @@ import torch
 
 from repro.ddtree import topk_logprobs
 from repro.kernels.topk_lse import TopKConfig, prepare, topk_lse
+from repro.stack import git_revision
 from verify.kernel_cases import make_logits
 
 HORIZON = 15
@@ -184,12 +184,6 @@ def sweep(bss: list[int], dtype: torch.dtype, reps: int) -> dict:
     return {"best": dataclasses.asdict(best), "best_score": best_score, "best_per_bs": per_bs, "trials": trials}
 
 
-def _commit() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
-        return out.stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def _print_table(rows: list[dict]) -> None:
@@ -205,6 +199,12 @@ def _print_table(rows: list[dict]) -> None:
               f"{r['log_softmax_topk_graph_us']:9.1f} {r['read_once_graph_us']:7.1f} {r['floor_us']:6.1f} "
               f"{r['fused_over_floor']:7.2f} {r.get('target_us', float('nan')):6.0f}"
               + ("  MISS" if r.get("meets_target") is False else ""))
+
+
+def _revision() -> str:
+    """Short git revision of the code under test ("unknown" outside a checkout)."""
+    rev = git_revision()
+    return rev["revision"][:7] if rev else "unknown"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     dtype = DTYPES[args.dtype]
     result: dict = {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "commit": _commit(),
+        "commit": _revision(),
         "device": torch.cuda.get_device_name(),
         "sms": torch.cuda.get_device_properties(0).multi_processor_count,
         "torch": torch.__version__,

@@ -20,7 +20,6 @@ import argparse
 import datetime as dt
 import json
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -31,6 +30,7 @@ import torch
 from repro.ddtree import TopK, build_trees_from_topk, topk_logprobs, verify_tensors
 from repro.ddtree.reference import heap_tree
 from repro.kernels.tree_build import MAX_BUDGET, build_trees_fused, verify_tensors_fused
+from repro.stack import git_revision
 
 
 def time_events(fn: Callable[[], object], iters: int, warmup: int = 3) -> float:
@@ -135,11 +135,12 @@ def _fused(logits, topk, tree, roots, lens, lens_sum, budget, k, iters) -> dict:
     }
 
 
-def _git() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+
+
+def _revision() -> str:
+    """Short git revision of the code under test ("unknown" outside a checkout)."""
+    rev = git_revision()
+    return rev["revision"][:7] if rev else "unknown"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -161,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(row), flush=True)
     result = {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "commit": _git(),
+        "commit": _revision(),
         "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
         "torch": torch.__version__,
         "command": "python -m verify.bench.bench_tree " + " ".join(sys.argv[1:] if argv is None else argv),
