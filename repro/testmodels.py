@@ -24,8 +24,13 @@ A DeepseekV3 / Kimi-shaped target (MLA + MoE) comes in both flavours: ``mla-plan
 layers, the planted embeddings and head: the same exact outputs through the MLA and MoE code)
 and ``mla-random``.
 
+For throughput only, ``moe/`` + ``moe-dflash/`` hold just the configs of a Kimi-shaped MoE
+target (reduced width, Kimi's vocabulary, 64 experts) and its drafter: the TP vs EP profiles
+serve them with ``--load-format dummy``.
+
 Usage: ``python -m repro.testmodels OUT_DIR`` writes ``planted/``, ``random/``,
-``mla-planted/``, ``mla-random/``, ``dflash/`` and ``hook.json`` under OUT_DIR.
+``mla-planted/``, ``mla-random/``, ``dflash/``, ``hook.json``, ``moe/`` and ``moe-dflash/``
+under OUT_DIR.
 """
 
 from __future__ import annotations
@@ -92,11 +97,13 @@ DEEPSEEK_V3 = {
     "norm_topk_prob": True,
     "moe_layer_freq": 1,
     "first_k_dense_replace": 1,
+    # Kimi-K2's MLA head geometry: SGLang's triton MLA kernels take a latent + rope width of
+    # 512 + 64 (or 256 + 32) only.
     "q_lora_rank": 256,
-    "kv_lora_rank": 128,
-    "qk_nope_head_dim": 64,
-    "qk_rope_head_dim": 32,
-    "v_head_dim": 64,
+    "kv_lora_rank": 512,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 128,
     "hidden_act": "silu",
     "max_position_embeddings": 4096,
     "rms_norm_eps": 1e-06,
@@ -110,6 +117,25 @@ DEEPSEEK_V3 = {
     "eos_token_id": 2,
     "use_cache": True,
     "torch_dtype": "bfloat16",
+}
+
+# Throughput-only TP vs EP test pair (configs only, served with `--load-format dummy`): Kimi-K2's
+# layer shapes at a reduced width and depth, with its vocabulary and 64 routed experts, so the
+# expert all-to-all vs tensor-parallel trade-off is visible on 2-4 GPUs without writing weights.
+KIMI_MOE = {
+    **DEEPSEEK_V3,
+    "vocab_size": 163840,
+    "hidden_size": 2048,
+    "intermediate_size": 6144,
+    "moe_intermediate_size": 768,
+    "num_hidden_layers": 8,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 16,
+    "n_routed_experts": 64,
+    "num_experts_per_tok": 6,
+    "q_lora_rank": 768,
+    "eos_token_id": 163585,
+    "bos_token_id": 163584,
 }
 
 DFLASH = {
@@ -291,6 +317,27 @@ def write_drafter(out_dir: Path, *, seed: int = 2, cfg: dict = DFLASH) -> None:
     _save(out_dir, cfg, tensors)
 
 
+def write_moe_pair(out: Path) -> None:
+    """``moe/`` (KIMI_MOE) and ``moe-dflash/`` (its DFlash drafter): config.json only.
+
+    For throughput runs with ``--load-format dummy`` (the TP vs EP profiles); no weights.
+    """
+    drafter = {
+        **DFLASH,
+        "vocab_size": KIMI_MOE["vocab_size"],
+        "hidden_size": KIMI_MOE["hidden_size"],
+        "intermediate_size": KIMI_MOE["intermediate_size"],
+        "num_attention_heads": 16,
+        "num_key_value_heads": 4,
+        "head_dim": 128,
+        "num_target_layers": KIMI_MOE["num_hidden_layers"],
+        "dflash_config": {"mask_token_id": KIMI_MOE["vocab_size"] - 1, "target_layer_ids": [1, 5]},
+    }
+    for name, cfg in (("moe", KIMI_MOE), ("moe-dflash", drafter)):
+        (out / name).mkdir(parents=True, exist_ok=True)
+        (out / name / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+
+
 def write_hook(path: Path, planted: dict, *, rank_probs=DEFAULT_RANK_PROBS, seed: int = 0) -> None:
     """The drafter test-hook file for the planted target (format: repro.sglang_glue.test_hook)."""
     spec = {
@@ -328,7 +375,7 @@ def write_all(out: Path, *, seed: int = 0) -> dict:
     """Write every test model under ``out``; return planted.json's content.
 
     planted/, random/ (Qwen3), mla-planted/, mla-random/ (DeepseekV3: MLA + MoE), dflash/ (the
-    drafter for all of them) and hook.json.
+    drafter for all of them), hook.json, and the config-only moe/ + moe-dflash/ pair.
     """
     planted = write_planted(out / "planted", seed=seed)
     write_random(out / "random", seed=seed + 1)
@@ -336,6 +383,7 @@ def write_all(out: Path, *, seed: int = 0) -> dict:
     write_mla_moe(out / "mla-random", planted=None, seed=seed + 4)
     write_drafter(out / "dflash", seed=seed + 2)
     write_hook(out / "hook.json", planted, seed=seed)
+    write_moe_pair(out)
     return planted
 
 

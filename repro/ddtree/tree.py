@@ -241,7 +241,7 @@ def _root_column(root_tokens: torch.Tensor | None, bs: int, device: torch.device
         return torch.full((bs,), NO_TOKEN, dtype=torch.int64, device=device)
     if root_tokens.shape != (bs,):
         raise ValueError(f"root_tokens must have shape [bs] = ({bs},) (got {tuple(root_tokens.shape)})")
-    return root_tokens.to(device=device, dtype=torch.int64)
+    return root_tokens.to(device=device, dtype=torch.int64).contiguous()  # kernels index it flat
 
 
 def _root_only(roots: torch.Tensor, horizon: int, has_root: bool) -> DraftTree:

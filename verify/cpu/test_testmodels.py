@@ -85,11 +85,21 @@ class TestMlaMoe:
         assert "model.layers.0.mlp.gate_proj.weight" in w
         assert "model.layers.1.mlp.experts.7.down_proj.weight" in w
         assert "model.layers.1.mlp.shared_experts.up_proj.weight" in w
-        assert w["model.layers.2.self_attn.kv_b_proj.weight"].shape == (8 * (64 + 64), 128)
+        assert w["model.layers.2.self_attn.kv_b_proj.weight"].shape == (8 * (128 + 128), 512)
+        assert cfg["kv_lora_rank"] + cfg["qk_rope_head_dim"] == 576  # SGLang's triton MLA width
         assert float(w["model.layers.3.self_attn.o_proj.weight"].float().abs().sum()) > 0
 
 
 class TestOthers:
+    def test_moe_pair_is_config_only_and_kimi_shaped(self, written):
+        """moe/ and moe-dflash/ hold only configs: Kimi's vocabulary, 64 experts, matching widths."""
+        moe = json.loads((written[0] / "moe" / "config.json").read_text())
+        drafter = json.loads((written[0] / "moe-dflash" / "config.json").read_text())
+        assert sorted(p.name for p in (written[0] / "moe").iterdir()) == ["config.json"]
+        assert moe["vocab_size"] == drafter["vocab_size"] == 163840 and moe["n_routed_experts"] == 64
+        assert drafter["hidden_size"] == moe["hidden_size"]
+        assert max(drafter["dflash_config"]["target_layer_ids"]) < moe["num_hidden_layers"]
+
     def test_drafter_config_names_the_target_layers_and_mask(self, written):
         """The drafter is a DFlashDraftModel of block 16 over the target's hidden size."""
         cfg = json.loads((written[0] / "dflash" / "config.json").read_text())
@@ -115,4 +125,4 @@ class TestOthers:
         """`python -m repro.testmodels OUT` writes every test model and the hook file."""
         assert testmodels.main([str(tmp_path)]) == 0
         names = {p.name for p in tmp_path.iterdir()}
-        assert names == {"planted", "random", "mla-planted", "mla-random", "dflash", "hook.json"}
+        assert names == {"planted", "random", "mla-planted", "mla-random", "dflash", "hook.json", "moe", "moe-dflash"}

@@ -30,11 +30,13 @@ for i in range(12):  # ties, random and flat rows; budgets past V pad the tree
 cases.append((torch.tensor([[[0.0, 0.0], [200.0, 0.0]]]), 4))  # certain token: prefix before extension
 for x, budget in cases:
     topk = topk_logprobs(x, max(1, min(budget, x.shape[-1])))
-    roots = torch.arange(x.shape[0])
+    block = torch.full((x.shape[0], 4), 99)
+    block[:, 0] = torch.arange(x.shape[0]) + 7
+    roots = block[:, 0]  # a strided view, as SGLang's drafter block column is
     want, got = build_trees_from_topk(topk, budget, roots), build_trees_fused(topk, budget, roots)
     for name in ("tokens", "parents", "depths", "scores", "num_nodes"):
         assert torch.equal(getattr(want, name), getattr(got, name)), (x.shape, budget, name)
-    lens = torch.randint(0, 12, (x.shape[0],), generator=g)
+    lens = torch.randint(0, 12, (x.shape[0], 2), generator=g)[:, 0]
     for total in (int(lens.sum()), int(lens.sum()) + 5):  # exact, and an upper bound
         a, f = verify_tensors(want, lens, total), verify_tensors_fused(got, lens, total)
         for name in ("input_ids", "positions", "ancestor_mask", "full_mask", "retrive_index",
@@ -47,7 +49,8 @@ print(f"{len(cases)} cases equal")
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
 def test_fused_kernels_equal_the_torch_path_under_the_interpreter():
     """Worked example, 12 seeded ties/random/flat cases and a certain-token case: trees and verify
-    tensors (FULL mask sized exactly and by an upper bound) match exactly."""
+    tensors (FULL mask sized exactly and by an upper bound) match exactly, with strided roots and
+    prefix lengths."""
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO)}
     proc = subprocess.run([sys.executable, "-c", SCRIPT], cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
