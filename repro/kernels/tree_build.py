@@ -78,7 +78,7 @@ def build_trees_fused(topk: TopK, budget: int, root_tokens: torch.Tensor | None 
     depth = min(horizon, budget)
     slot, rank = _tables(budget, kb, dev)
     n_pairs = slot.numel()
-    fp = _pow2(budget)  # frontier slots per level (P >= B always)
+    fp = max(2, _pow2(budget))  # frontier slots per level (>= B; >= 2: a 1-wide bitonic network does not compile)
     # compile-time sizes depend only on next_pow2(B) and next_pow2(min(L, B)): few variants
     log_p = max(1, (len(_pairs_host_for(fp)) - 1).bit_length())
     log_u = max(1, (_pow2(depth) * fp - 1).bit_length())
