@@ -87,5 +87,12 @@ def _check(args: argparse.Namespace) -> int:
             print(f"ok   {goldenset.summarize(spec, stored)}")
     if count == 0:
         raise UsageError(f"no DDTree cases matched in {args.dir / goldenset.MANIFEST}")
+    for entry in goldenset.kernel_entries(args.dir) if not args.only else []:
+        path = args.dir / entry["file"]
+        if not path.exists() or goldenset.sha256(path) != entry["sha256"]:
+            print(f"FAIL {entry['name']}: {'missing' if not path.exists() else 'sha256 differs'} ({entry['file']})")
+            failures += 1
+        else:
+            print(f"ok   {entry['name']}: hash ok; outputs re-derived on sm{entry['sm']} by verify/sglang/test_sglang_kernels.py")
     print(f"{count - failures}/{count} golden cases ok ({time.perf_counter() - t0:.1f} s, batched on {args.device})")
     return 1 if failures else 0

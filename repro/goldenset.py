@@ -23,6 +23,7 @@ from repro.ddtree.types import DraftTree, WalkResult
 
 MANIFEST = "manifest.json"
 KIND = "ddtree-case"  # manifest entries of other kinds (kernel goldens) are checked by their tiers
+KERNEL_KIND = "sglang-kernels"  # outputs of the pinned SGLang's kernels on one SM (verify/sglang)
 REGEN_COMMAND = "repro golden regen"
 
 # the spec's worked example (ddtree-spec.md §6): drafter probabilities per depth
@@ -247,6 +248,24 @@ def iter_cases(golden_dir: Path) -> Iterator[tuple[dict, CaseSpec]]:
     for entry in load_manifest(golden_dir)["cases"]:
         if entry.get("kind") == KIND:
             yield entry, CaseSpec(**entry["spec"])
+
+
+def kernel_entries(golden_dir: Path) -> list[dict]:
+    """Manifest entries of the SGLang kernel goldens (one file per SM target)."""
+    return [e for e in load_manifest(golden_dir)["cases"] if e.get("kind") == KERNEL_KIND]
+
+
+def load_kernel_golden(golden_dir: Path, sm: str) -> dict[str, torch.Tensor] | None:
+    """The stored kernel outputs for ``sm`` (e.g. "90"), hash-checked; None when there are none."""
+    from safetensors.torch import load_file
+
+    for entry in kernel_entries(golden_dir):
+        if entry["sm"] == sm:
+            path = golden_dir / entry["file"]
+            if sha256(path) != entry["sha256"]:
+                raise ValueError(f"{entry['file']}: sha256 differs from {MANIFEST}")
+            return load_file(str(path))
+    return None
 
 
 def load_case(golden_dir: Path, entry: dict) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:

@@ -189,10 +189,10 @@ def torch_cuda_version() -> str | None:
 def git_revision(repo: Path = REPO_ROOT) -> dict[str, Any] | None:
     """``{"revision": sha, "dirty": bool}`` of the checkout, or None outside a git checkout.
 
-    A copy without ``.git`` (e.g. a tree shipped to a GPU machine) may name its revision in
-    ``$REPRO_GIT_REVISION``; it is reported with ``dirty`` None (unknown).
+    ``$REPRO_GIT_REVISION``, when set, names the revision instead (a tree shipped to a GPU machine
+    may carry a stale ``.git``); it is reported with ``dirty`` None (unknown).
     """
-    if not (repo / ".git").exists() and os.environ.get("REPRO_GIT_REVISION"):
+    if os.environ.get("REPRO_GIT_REVISION"):
         return {"revision": os.environ["REPRO_GIT_REVISION"], "dirty": None}
     env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0"}  # read-only: never refresh the index
     try:

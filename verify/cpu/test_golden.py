@@ -84,6 +84,19 @@ class TestCheckCommand:
         assert cli(["golden", "check", "--dir", str(d)]) == 1
         assert "batched differs on ['bonus']" in capsys.readouterr().out
 
+    def test_kernel_golden_hash_is_checked(self, tmp_path, capsys):
+        """The SGLang kernel golden is hash-checked by `repro golden check` and by its loader."""
+        d = self._copy(tmp_path, ["worked-example-b1", "sglang-kernels-sm90"])
+        assert set(goldenset.load_kernel_golden(d, "90")) == {
+            "extend_attention_tree_out", "verify_tree_greedy_accept_index", "target_only_sampling_pairs"}
+        assert goldenset.load_kernel_golden(d, "120") is None
+        f = d / "kernels" / "sglang-sm90.safetensors"
+        f.write_bytes(f.read_bytes()[:-1] + bytes([f.read_bytes()[-1] ^ 1]))
+        assert cli(["golden", "check", "--dir", str(d)]) == 1
+        assert "FAIL sglang-kernels-sm90: sha256 differs" in capsys.readouterr().out
+        with pytest.raises(ValueError, match="sha256 differs"):
+            goldenset.load_kernel_golden(d, "90")
+
     def test_missing_manifest_is_a_usage_error(self, tmp_path, capsys):
         """A directory without a manifest gives a one-line error and exit 2."""
         assert cli(["golden", "check", "--dir", str(tmp_path)]) == 2

@@ -126,9 +126,16 @@ class TestFingerprint:
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT, check=True)
         assert out.stdout.strip() == "False"
 
-    def test_git_revision_outside_a_checkout_is_none(self, tmp_path):
+    def test_git_revision_outside_a_checkout_is_none(self, tmp_path, monkeypatch):
         """A directory that is no git checkout gives None instead of an error."""
+        monkeypatch.delenv("REPRO_GIT_REVISION", raising=False)
         assert git_revision(tmp_path) is None
+
+    def test_git_revision_named_by_the_environment_wins(self, tmp_path, monkeypatch):
+        """$REPRO_GIT_REVISION names the revision of a shipped copy, dirtiness unknown."""
+        monkeypatch.setenv("REPRO_GIT_REVISION", "abc1234")
+        assert git_revision(tmp_path) == {"revision": "abc1234", "dirty": None}
+        assert git_revision()["revision"] == "abc1234"
 
     def test_git_revision_of_this_checkout(self):
         """In the repository the revision is 40 hex digits and dirtiness a bool."""

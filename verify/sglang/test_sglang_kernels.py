@@ -8,8 +8,9 @@
   pointers: the first two emitted tokens follow the exact target distribution (chi-square at
   thresholds.toml [stats].alpha), as ddtree-spec §4 says it must for distinct siblings.
 
-Every kernel output is also written to $REPRO_E2E_OUT/kernels-<sm>.safetensors so that the
-golden set can store it (tolerances as above).
+Every kernel output is also written to $REPRO_E2E_OUT/kernels-<sm>.safetensors, and compared
+with the stored golden of this SM when ``golden/kernels/sglang-sm<sm>.safetensors`` exists
+(attention within ATOL, the two walks' outputs exactly: fixed seeds on the pinned stack).
 """
 
 from __future__ import annotations
@@ -17,9 +18,12 @@ from __future__ import annotations
 import math
 from collections import Counter
 
+from pathlib import Path
+
 import pytest
 import torch
 
+from repro import goldenset
 from repro.ddtree import build_trees, verify_tensors, walk
 from verify.sglang import harness
 from verify.sglang.test_ddtree_sampling import alpha, chi2_sf, chi_square
@@ -27,6 +31,7 @@ from verify.sglang.test_ddtree_sampling import alpha, chi2_sf, chi_square
 pytestmark = [pytest.mark.sglang, pytest.mark.gpu]
 
 ATOL = 2e-2
+GOLDEN = Path(__file__).resolve().parents[2] / "golden"
 _SAVED: dict[str, torch.Tensor] = {}
 
 
@@ -38,12 +43,18 @@ def _tree(bs: int, horizon: int, vocab: int, budget: int, seed: int):
     return build_trees(logits.cuda(), budget, roots.cuda())
 
 
-def _save(name: str, t: torch.Tensor) -> None:
+def _save(name: str, t: torch.Tensor, atol: float = 0.0) -> None:
+    """Write ``t`` with this run's other outputs; assert it matches the stored golden, if any."""
     _SAVED[name] = t.detach().cpu().contiguous()
     from safetensors.torch import save_file
 
     cap = "".join(map(str, torch.cuda.get_device_capability()))
     save_file(dict(_SAVED), str(harness.out_dir() / f"kernels-sm{cap}.safetensors"))
+    golden = goldenset.load_kernel_golden(GOLDEN, cap)
+    if golden is not None:
+        want = golden[name]
+        assert want.shape == _SAVED[name].shape and want.dtype == _SAVED[name].dtype, name
+        assert (_SAVED[name].double() - want.double()).abs().max().item() <= atol, f"{name} differs from the golden"
 
 
 def _dense_tree_attention(q, k_ext, v_ext, k_buf, v_buf, kv_indices, prefix, anc, sm_scale):
@@ -102,7 +113,7 @@ class TestTritonExtendAttention:
 
         want = _dense_tree_attention(q, k_ext, v_ext, k_buf, v_buf, kv_indices, prefix, vt.ancestor_mask, scale)
         got = run(vt.full_mask)
-        _save("extend_attention_tree_out", got)
+        _save("extend_attention_tree_out", got, atol=ATOL)
         assert (got - want).abs().max().item() <= ATOL
         assert (run(None) - want).abs().max().item() > 10 * ATOL  # causal-only is not tree attention
 
