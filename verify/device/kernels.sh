@@ -4,7 +4,8 @@
 #   bash verify/device/kernels.sh tests   # GPU correctness tests + pytest-benchmark smoke  (~3-5 min)
 #   bash verify/device/kernels.sh sweep   # tunable sweep, then the full JSON table         (~4-7 min)
 #   bash verify/device/kernels.sh bench   # the full JSON table with the default config     (~2-3 min)
-#   bash verify/device/kernels.sh profile # Nsight Compute on both kernels at bs 1, 8, 64    (~2 min)
+#   bash verify/device/kernels.sh profile # Nsight Compute: top-K kernels at bs 1, 8, 64, tree and
+#                                         # verify kernels at bs 32, B 64 and 256             (~3 min)
 #
 # Logs and JSON go to $OUT (default build/device): tests.log, junit-topk.xml, pytest-bench.json,
 # bench.log, bench_topk.json, profile.log, ncu.txt, topk.ncu-rep, gpu.txt. Exit status is non-zero
@@ -41,15 +42,24 @@ profile)
   [[ -n $ncu ]] || { echo "kernels.sh: ncu not found" >&2; exit 2; }
   cat >/tmp/topk_profile.py <<'PY'
 import torch
+from repro.ddtree import TopK
 from repro.kernels.topk_lse import topk_lse
+from repro.kernels.tree_build import build_trees_fused, verify_tensors_fused
 for bs in (1, 8, 64):
     x = (torch.randn(bs * 15, 163840, device="cuda") * 3).to(torch.bfloat16)
     topk_lse(x, 256)  # compile; the second call is the one to read
     torch.cuda.synchronize()
     topk_lse(x, 256)
     torch.cuda.synchronize()
+for budget in (64, 256):
+    x = (torch.randn(32, 15, 163840, device="cuda") * 3).to(torch.bfloat16)
+    topk = TopK(*topk_lse(x, budget), 163840)
+    roots, lens = torch.zeros(32, dtype=torch.int64, device="cuda"), torch.full((32,), 1000, device="cuda")
+    for _ in range(2):  # compile, then the launch to read
+        verify_tensors_fused(build_trees_fused(topk, budget, roots), lens, 32000)
+        torch.cuda.synchronize()
 PY
-  timeout 570 "$ncu" --clock-control none --set full -k 'regex:stream_kernel|select_kernel' -f -o "$OUT/topk" \
+  timeout 570 "$ncu" --clock-control none --set full -k 'regex:stream_kernel|select_kernel|tree_kernel|verify_kernel' -f -o "$OUT/topk" \
     "$PY" /tmp/topk_profile.py 2>&1 | tail -40 | tee "$OUT/profile.log"
   rc=${PIPESTATUS[0]}
   "$ncu" --import "$OUT/topk.ncu-rep" --page details >"$OUT/ncu.txt" 2>&1
