@@ -136,31 +136,25 @@ def _default_target() -> str:
     return tomllib.loads((ROOT / "repro/data/stack.toml").read_text())["default-target"]
 
 
+
+def _parse(path: Path) -> subprocess.CompletedProcess:
+    """``nix-instantiate --parse`` of one file, output captured."""
+    return subprocess.run(["nix-instantiate", "--parse", str(path)], env=NIX_ENV,
+                          capture_output=True, text=True, check=False)
+
 class TestParse:
     def test_every_nix_file_parses(self):
         """nix-instantiate --parse accepts every .nix file of the repository."""
         files = [ROOT / "flake.nix", *sorted((ROOT / "nix").rglob("*.nix"))]
         for path in files:
-            done = subprocess.run(
-                ["nix-instantiate", "--parse", str(path)],
-                env=NIX_ENV,
-                capture_output=True,
-                text=True,
-                check=False,
-            )
+            done = _parse(path)
             assert done.returncode == 0, f"{path}: {done.stderr}"
 
     def test_parse_rejects_a_syntax_error(self, tmp_path: Path):
         """A .nix file with a syntax error fails the parse check."""
         bad = tmp_path / "bad.nix"
         bad.write_text("{ a = ; }\n")
-        done = subprocess.run(
-            ["nix-instantiate", "--parse", str(bad)],
-            env=NIX_ENV,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        done = _parse(bad)
         assert done.returncode != 0
         assert "syntax error" in done.stderr
 
