@@ -4,6 +4,7 @@
 #
 #   bash verify/device/examples.sh single   # GPU 0: test-h200-tp1, AR/DFLASH/DDTREE 8,32,128 x c 1,4,16;
 #                                           # GPU 1 meanwhile: SGLang kernel tier vs its golden, tree-kernel GPU tests
+#                                           # (one GPU: the kernel tier first, then the bench)
 #   bash verify/device/examples.sh multi    # both GPUs: test-h200-moe-tp2 vs test-h200-moe-ep2, AR and DDTREE
 #   bash verify/device/examples.sh report   # repro report over every results file -> $OUT/examples
 #
@@ -26,12 +27,20 @@ OUT=$OUT/setup $SGL -- true >"$OUT/setup.log" 2>&1 || { tail -20 "$OUT/setup.log
 
 case ${1:-} in
 single)
-  (
-    export CUDA_VISIBLE_DEVICES=1
+  kernel_tier() {
     OUT=$OUT/kernels timeout 200 $SGL verify/sglang/test_sglang_kernels.py -q -rfEs >"$OUT/kernels.log" 2>&1
-    PYTHONPATH=$PWD timeout 300 python3 -m pytest verify/gpu/test_tree_build.py verify/gpu/test_ddtree_gpu.py -q -rfEs \
-      -p no:cacheprovider >"$OUT/gpu_tests.log" 2>&1
-  ) &
+  }
+  if (( $(nvidia-smi -L | wc -l) >= 2 )); then
+    (
+      export CUDA_VISIBLE_DEVICES=1
+      kernel_tier
+      PYTHONPATH=$PWD timeout 300 python3 -m pytest verify/gpu/test_tree_build.py verify/gpu/test_ddtree_gpu.py -q -rfEs \
+        -p no:cacheprovider >"$OUT/gpu_tests.log" 2>&1
+    ) &
+  else  # one GPU: the kernel tier first, so it does not share the GPU with the timed bench
+    kernel_tier
+    echo "one GPU: the tree-kernel GPU tests are left to verify/device/gpu_tier.sh tests" >"$OUT/gpu_tests.log"
+  fi
   CUDA_VISIBLE_DEVICES=0 $SGL -- "${BENCH[@]}" test-h200-tp1 --budgets 8,32,128 -o "$OUT/h200-tp1.jsonl" \
     --time-limit "${TIME_LIMIT:-480}" >"$OUT/h200-tp1.log" 2>&1
   rc=$?
