@@ -64,7 +64,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--max-prompt-tokens", type=int, default=1024,
                         help="cut token-id prompts to their last N ids (default 1024)")
-    parser.add_argument("--warmup", type=int, default=2, help="unrecorded requests per server")
+    parser.add_argument("--warmup", type=int, default=2,
+                        help="unrecorded warm-up rounds per server, each at every --concurrency")
     parser.add_argument("-o", "--output", type=Path, default=Path("results/bench.jsonl"))
     parser.add_argument("--resume", action="store_true", help="continue the --output file")
     parser.add_argument("--time-limit", type=float, default=None, metavar="S",
@@ -288,9 +289,29 @@ def _cells(profile: Profile, prompt_set: PromptSet, args: argparse.Namespace) ->
                  args.max_new_tokens) for t in args.temperatures for c in args.concurrency]
 
 
-def _warm_up(client: Client, payload: Callable[..., dict[str, Any]], count: int) -> None:
-    for i in range(count):
-        client.generate(payload(i, 0.0, 16))
+def _warm_up(client: Client, payload: Callable[..., dict[str, Any]], rounds: int,
+             widths: list[int], first: int) -> None:
+    """Unrecorded short requests, ``rounds`` times at every concurrency in ``widths``: batch sizes
+    the timed cells will reach compile and allocate here, not inside a measured request. Prompts
+    are taken from index ``first`` on (past the measured ones where the set is large enough, so
+    the radix cache does not shorten measured prefills)."""
+    for width in sorted(set(widths)):
+        for _ in range(rounds):
+            errors: list[ReproError] = []
+
+            def one(i: int) -> None:
+                try:
+                    client.generate(payload(first + i, 0.0, 16))
+                except ReproError as exc:
+                    errors.append(exc)
+
+            threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(width)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            if errors:
+                raise errors[0]
 
 
 def _bench_server(runner: Runner, profile: Profile, root: Path, prompt_set: PromptSet,
@@ -308,7 +329,7 @@ def _bench_server(runner: Runner, profile: Profile, root: Path, prompt_set: Prom
                               "label": profile.label, "start_s": took,
                               "server_info": server.client.server_info()})
         try:
-            _warm_up(server.client, payload, args.warmup)
+            _warm_up(server.client, payload, args.warmup, args.concurrency, args.num_prompts)
         except ReproError as exc:
             raise server.failure(f"failed its warm-up request: {exc}") from None
         for cell, indices in todo.items():
@@ -324,7 +345,7 @@ def _bench_url(runner: Runner, profile: Profile, root: Path, prompt_set: PromptS
     runner.writer.append({"kind": "server", "session": runner.session, "profile": profile.name,
                           "label": profile.label, "start_s": None, "server_info": info})
     payload = _payload_builder(prompt_set, profile, root, args)
-    _warm_up(client, payload, args.warmup)
+    _warm_up(client, payload, args.warmup, args.concurrency, args.num_prompts)
     for cell in _cells(profile, prompt_set, args):
         indices = [i for i in range(args.num_prompts) if (cell.key, i) not in done]
         if indices and not runner.stopped:

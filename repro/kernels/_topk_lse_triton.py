@@ -5,9 +5,8 @@ Two launches, one pass over the logits:
 1. ``stream_kernel`` (grid rows × splits) reads each row once. Per group of ``G`` consecutive
    tokens it writes a 16-bit order key of the group's maximum, and per split the running
    (max, sum of exp) of the logsumexp.
-2. ``select_kernel`` (grid rows) merges the lse partials, finds by a bitwise binary search (or a
-   two-level radix select, ``TopKConfig.threshold``) over the group keys the threshold ``tb`` that
-   at least ``K`` groups reach (so at least ``K`` tokens do, and every top-K token does), re-reads only the groups that reach it, compacts the tokens that reach
+2. ``select_kernel`` (grid rows) merges the lse partials, finds by a bitwise binary search over
+   the group keys the threshold ``tb`` that at least ``K`` groups reach (so at least ``K`` tokens do, and every top-K token does), re-reads only the groups that reach it, compacts the tokens that reach
    it, and sorts those few candidates exactly. A row with more candidates than ``CAP`` (ties,
    sorted rows) takes an exact slow path: a running top-K over the whole row in id order.
    Both paths share one sort, so the kernel compiles one bitonic network.
@@ -72,7 +71,7 @@ def _merge_desc(a, b, K_P: tl.constexpr):
     return out
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["chunk", "S"])  # they change with the row count: one compile
 def stream_kernel(
     x_ptr, stride_row, V, M, chunk, S, gkey_ptr, part_ptr,
     TG: tl.constexpr, G: tl.constexpr,
@@ -156,38 +155,6 @@ def _threshold(gk_row, M, K, u0, MB: tl.constexpr):
 
 
 @triton.jit
-def _key_histogram(gk_row, M, u0, sel, shift: tl.constexpr, MB: tl.constexpr):
-    """256-bin histogram of byte ``(u >> shift) & 255`` over the valid group keys ``u`` whose
-    high byte is ``sel`` (any, when ``sel`` < 0); ``u0``: the first MB keys, -1 padded."""
-    keep = (u0 >= 0) & ((sel < 0) | ((u0 >> 8) == sel))
-    h = tl.histogram((u0 >> shift) & 255, 256, mask=keep)
-    mo = tl.arange(0, MB)
-    for c in range(MB, M, MB):
-        u = _biased_keys(gk_row, c + mo, M)
-        keep = (u >= 0) & ((sel < 0) | ((u >> 8) == sel))
-        h += tl.histogram((u >> shift) & 255, 256, mask=keep)
-    return h
-
-
-@triton.jit
-def _last_reaching(h, above, K):
-    """Largest bin b with above + sum(h[b:]) >= K, and that sum minus h[b]; b = -1 if none."""
-    b = tl.arange(0, 256)
-    suffix = above + tl.sum(h, axis=0) - tl.cumsum(h, axis=0) + h
-    top = tl.max(tl.where(suffix >= K, b, -1), axis=0)
-    return top, tl.sum(tl.where(b == top, suffix - h, 0), axis=0)
-
-
-@triton.jit
-def _threshold_hist(gk_row, M, K, u0, MB: tl.constexpr):
-    """``_threshold`` by a two-level radix select: a histogram of the keys' high bytes, then of
-    the low bytes within the high byte where the count from the top reaches K (2 passes, not 16)."""
-    hi, above = _last_reaching(_key_histogram(gk_row, M, u0, -1, 8, MB), 0, K)
-    lo, _ = _last_reaching(_key_histogram(gk_row, M, u0, hi, 0, MB), above, K)
-    return tl.where(hi < 0, 0, hi * 256 + lo)
-
-
-@triton.jit
 def _compact_groups(gk_row, gidx_row, M, tb, u0, MB: tl.constexpr, CAP: tl.constexpr):
     """Write the ids of groups whose key reaches ``tb`` (ascending, first CAP); return their count."""
     mo = tl.arange(0, MB)
@@ -266,12 +233,12 @@ def _top_keys(row, V, K, tb, cand_row, ncand, K_P: tl.constexpr, CAP: tl.constex
     return state
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["S"])
 def select_kernel(
     x_ptr, stride_row, V, M, S, K, id_offset,
     gkey_ptr, part_ptr, gidx_ptr, cand_ptr, val_ptr, id_ptr, lse_ptr,
     MB: tl.constexpr, G: tl.constexpr, GT: tl.constexpr,
-    K_P: tl.constexpr, CAP: tl.constexpr, HIST: tl.constexpr,
+    K_P: tl.constexpr, CAP: tl.constexpr,
 ):
     """Per row: logsumexp, then the exact top-K (value desc, id asc) from the few candidates."""
     r = tl.program_id(0).to(tl.int64)
@@ -283,10 +250,7 @@ def select_kernel(
 
     tl.store(lse_ptr + r, _merge_lse(part_ptr + r * S * 2, S))
 
-    if HIST:
-        tb = _threshold_hist(gk_row, M, K, u0, MB)
-    else:
-        tb = _threshold(gk_row, M, K, u0, MB)
+    tb = _threshold(gk_row, M, K, u0, MB)
     gidx_row = gidx_ptr + r * CAP
     cand_row = cand_ptr + r * CAP
     nsel = _compact_groups(gk_row, gidx_row, M, tb, u0, MB, CAP)

@@ -88,86 +88,13 @@ def _best(score, lex, idx, LOG_N: tl.constexpr, LOG_K: tl.constexpr):
     return tl.reshape(s, [k]), tl.reshape(l, [k]), tl.reshape(i, [k])
 
 
-INT64_MIN = tl.constexpr(-9223372036854775808)
-
-
-@triton.jit
-def _radix_threshold(kx, live, need, largest: tl.constexpr):
-    """The key ``t`` (sign-flipped int64, as ``kx``) such that exactly ``need`` or more of the
-    ``live`` keys are >= t (``largest``; else <= t) and fewer are strictly beyond it: an
-    8-bit radix select, one 256-bin histogram per byte, most significant byte first."""
-    bins = tl.arange(0, 256)
-    match = live
-    t = tl.zeros([1], tl.int64).sum(axis=0)
-    for byte in tl.static_range(7, -1, -1):
-        d = ((kx >> (8 * byte)) & 255).to(tl.int32)
-        h = tl.histogram(d, 256, mask=match)
-        if largest:
-            reach = tl.sum(h, axis=0) - tl.cumsum(h, axis=0) + h  # count with digit >= bin
-            bb = tl.max(tl.where(reach >= need, bins, -1), axis=0)
-            beyond = tl.sum(tl.where(bins > bb, h, 0), axis=0)
-        else:
-            reach = tl.cumsum(h, axis=0)  # count with digit <= bin
-            bb = tl.min(tl.where(reach >= need, bins, 256), axis=0)
-            beyond = tl.sum(tl.where(bins < bb, h, 0), axis=0)
-        need -= beyond
-        match = match & (d == bb)
-        t = t | (bb.to(tl.int64) << (8 * byte))
-    return t
-
-
-@triton.jit
-def _radix_best(score, lex, idx, s_buf, l_buf, i_buf, LOG_N: tl.constexpr, LOG_K: tl.constexpr):
-    """``_best`` by selection, then a sort of the selected only: the best 2**LOG_K of 2**LOG_N
-    entries (score desc, lex asc, idx asc) are found by radix selects on the float64 score bits
-    (and on lex among entries tied at the threshold score), compacted through the program's
-    scratch rows ``*_buf`` (2**LOG_K each), and sorted there (a 2**LOG_K bitonic sort)."""
-    k: tl.constexpr = 1 << LOG_K
-    score = tl.where(score == 0.0, 0.0, score)  # -0.0 == +0.0, as _better compares
-    bits = score.to(tl.int64, bitcast=True)
-    key = tl.where(bits < 0, bits ^ 0x7FFFFFFFFFFFFFFF, bits)  # signed order == float order
-    live = idx >= 0
-    t = _radix_threshold(key ^ INT64_MIN, live, k, True) ^ INT64_MIN
-    gt = key > t
-    eq = key == t
-    need = k - tl.sum(gt.to(tl.int32), axis=0)
-    take = eq
-    if need < tl.sum(eq.to(tl.int32), axis=0):  # ties at the threshold score: by lex, then idx
-        u = _radix_threshold(lex ^ INT64_MIN, eq, need, False) ^ INT64_MIN
-        lt = eq & (lex < u)
-        at = eq & (lex == u)
-        rank = tl.cumsum(at.to(tl.int32), axis=0)  # idx ascending is the array order
-        take = lt | (at & (rank <= need - tl.sum(lt.to(tl.int32), axis=0)))
-    sel = gt | take
-    pos = tl.cumsum(sel.to(tl.int32), axis=0) - 1
-    tl.store(s_buf + pos, score, mask=sel)
-    tl.store(l_buf + pos, lex, mask=sel)
-    tl.store(i_buf + pos, idx, mask=sel)
-    tl.debug_barrier()
-    q = tl.arange(0, k)
-    return _best(tl.load(s_buf + q), tl.load(l_buf + q), tl.load(i_buf + q), LOG_K, LOG_K)
-
-
-@triton.jit
-def _select(score, lex, idx, s_buf, l_buf, i_buf,
-            LOG_N: tl.constexpr, LOG_K: tl.constexpr, RADIX: tl.constexpr):
-    """The best 2**LOG_K of 2**LOG_N entries, best first: bitonic top-k or radix selection."""
-    if RADIX:
-        out = _radix_best(score, lex, idx, s_buf, l_buf, i_buf, LOG_N, LOG_K)
-    else:
-        out = _best(score, lex, idx, LOG_N, LOG_K)
-    return out
-
-
 @triton.jit
 def tree_kernel(
     logits_ptr, ids_ptr, lse_ptr, roots_ptr, slot_tab, rank_tab, P,
     fx_ptr, fscore_ptr, flex_ptr, fbits_ptr, fprod_ptr, frank_ptr, fslot_ptr, inv_ptr,
-    sel_score_ptr, sel_lex_ptr, sel_idx_ptr,
     tokens_ptr, parents_ptr, depths_ptr, scores_ptr, nodes_ptr,
     KT, L, KB, D, B,
     FP: tl.constexpr, LOG_F: tl.constexpr, LOG_P: tl.constexpr, LOG_U: tl.constexpr,
-    RADIX: tl.constexpr,
 ):
     """One request's tree: per-depth best-FP frontiers in scratch, then the best B of them all."""
     b = tl.program_id(0)
@@ -175,7 +102,6 @@ def tree_kernel(
     frow = b * D * FP
     neg_inf = float("-inf")
     q = tl.arange(0, FP)
-    sel = (sel_score_ptr + b * FP, sel_lex_ptr + b * FP, sel_idx_ptr + b * FP)  # RADIX scratch
 
     # depth 1: ranks 0..KB-1
     ok = q < KB
@@ -208,7 +134,7 @@ def tree_kernel(
         lex = tl.load(flex_ptr + prev) | (code << tl.maximum(63 - used, 0))
         score = tl.where(valid, cx - c, neg_inf)
         lex = tl.where(valid, lex, INT64_MAX)
-        score, lex, order = _select(score, lex, p, *sel, LOG_P, LOG_F, RADIX)
+        score, lex, order = _best(score, lex, p, LOG_P, LOG_F)
         s2 = tl.load(slot_tab + order, mask=order < P, other=0)
         r2 = tl.load(rank_tab + order, mask=order < P, other=0)
         prev2 = frow + (d - 1) * FP + s2
@@ -229,7 +155,7 @@ def tree_kernel(
     score = tl.load(fscore_ptr + frow + u, mask=in_u, other=neg_inf)
     lex = tl.load(flex_ptr + frow + u, mask=in_u, other=INT64_MAX)
     lex = tl.where(score > neg_inf, lex, INT64_MAX)
-    score, lex, order = _select(score, lex, u, *sel, LOG_U, LOG_F, RADIX)
+    score, lex, order = _best(score, lex, u, LOG_U, LOG_F)
     inv = inv_ptr + b * (1 << LOG_U)
     tl.store(inv + u, tl.full([1 << LOG_U], -1, tl.int32))
     tl.debug_barrier()
@@ -254,7 +180,7 @@ def tree_kernel(
     tl.store(nodes_ptr + b, 1 + tl.sum(chosen.to(tl.int64), 0))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["bs"])  # one compile for every batch size
 def verify_kernel(
     tokens_ptr, parents_ptr, depths_ptr, lens_ptr, bs, D, pad_token,
     ids_out, pos_out, anc_out, full_out, index_out, first_out, sibling_out, keys_ptr,

@@ -40,13 +40,12 @@ class TopKConfig:
     tile: int = 4096  # tokens per stream-kernel step (power of two, >= group)
     programs: int = 1024  # target stream-kernel programs (rows x splits): fills the GPU at bs 1
     stream_warps: int = 8
-    select_warps: int = 4
+    select_warps: int = 8
     group: int = 0  # tokens per group key; 0 = auto (32, smaller when V is small against k)
     cap_mult: int = 2  # candidate buffer = max(cap_mult * next_pow2(k), min_cap) keys per row
     min_cap: int = 128
     gather: int = 2048  # tokens per candidate-gather step of the select kernel
     scan_block: int = 8192  # group keys the select kernel holds in registers (power of two)
-    threshold: str = "bisect"  # key threshold search: "bisect" (16 counts) or "histogram" (2 passes)
 
     def __post_init__(self) -> None:
         for name in ("tile", "scan_block", "gather", "min_cap"):
@@ -60,8 +59,6 @@ class TopKConfig:
         for name in ("stream_warps", "select_warps"):
             if getattr(self, name) not in (1, 2, 4, 8, 16):
                 raise ValueError(f"TopKConfig.{name} must be 1, 2, 4, 8 or 16 (got {getattr(self, name)})")
-        if self.threshold not in ("bisect", "histogram"):
-            raise ValueError(f"TopKConfig.threshold must be 'bisect' or 'histogram' (got {self.threshold!r})")
         if self.programs < 1:
             raise ValueError(f"TopKConfig.programs must be >= 1 (got {self.programs})")
 
@@ -82,7 +79,6 @@ class Plan:
     cap: int  # candidate keys per row before the slow path
     gather_groups: int  # GT: groups per gather step
     scan_block: int  # MB
-    histogram: bool  # radix-select threshold instead of the bitwise binary search
     stream_warps: int
     select_warps: int
 
@@ -117,7 +113,6 @@ def make_plan(rows: int, vocab: int, k: int, config: TopKConfig) -> Plan:
         cap=max(config.cap_mult * k_pow2, config.min_cap),
         gather_groups=max(1, config.gather // group),
         scan_block=min(config.scan_block, _pow2_ceil(groups)),
-        histogram=config.threshold == "histogram",
         stream_warps=config.stream_warps,
         select_warps=config.select_warps,
     )
@@ -193,7 +188,7 @@ def prepare(
             kern.select_kernel[(p.rows,)](
                 x2, x2.stride(0), vocab, p.groups, p.splits, k, id_offset,
                 gkeys, parts, gidx, cand, logits, ids, lse,
-                MB=p.scan_block, G=p.group, GT=p.gather_groups, K_P=p.k_pow2, CAP=p.cap, HIST=p.histogram,
+                MB=p.scan_block, G=p.group, GT=p.gather_groups, K_P=p.k_pow2, CAP=p.cap,
                 num_warps=p.select_warps,
             )
 

@@ -8,9 +8,7 @@ instead of hundreds of small kernels. No host synchronisation; capturable in a C
 fixed (bs, B). Triton is imported on the first call; ``TRITON_INTERPRET=1`` runs it on CPU.
 
 Sorting uses a bitonic network over (score desc, rank-tuple code asc) pairs carrying a payload
-index; candidate sets are padded to powers of two with entries that sort last. With
-``selection="radix"`` the kept candidates are first found by radix selects on the score bits
-(ties at the threshold by code, then index) and only those are sorted.
+index; candidate sets are padded to powers of two with entries that sort last.
 """
 
 from __future__ import annotations
@@ -63,20 +61,11 @@ def _verify_kernel():
     return verify_kernel
 
 
-SELECTIONS = ("bitonic", "radix")
-"""How the kernel keeps the best candidates per depth: a bitonic top-k over all of them, or radix
-selects on the score bits followed by a sort of the kept ones only (``verify/bench/bench_tree.py``
-times both)."""
-
-
 def build_trees_fused(
     topk: TopK, budget: int, root_tokens: torch.Tensor | None = None, num_warps: int = 8,
-    selection: str = "bitonic",
 ) -> DraftTree:
     """``build_trees_from_topk`` in one Triton launch (budget <= MAX_BUDGET); same results."""
     check_budget(budget)
-    if selection not in SELECTIONS:
-        raise ValueError(f"selection must be one of {', '.join(SELECTIONS)} (got {selection!r})")
     bs, horizon, kt = topk.ids.shape
     kb = min(budget, topk.vocab_size)
     if kt < kb:
@@ -102,7 +91,6 @@ def build_trees_fused(
         torch.empty(bs * depth * fp, **f64), torch.empty(bs * depth * fp, **f64), torch.empty(bs * depth * fp, **i64),
         torch.empty(bs * depth * fp, **i64), torch.empty(bs * depth * fp, **i64), torch.empty(bs * depth * fp, **i32),
         torch.empty(bs * depth * fp, **i32), torch.empty(bs * (1 << log_u), **i32),
-        torch.empty(bs * fp, **f64), torch.empty(bs * fp, **i64), torch.empty(bs * fp, **i32),
     )
     n = budget + 1
     tokens, parents, depths = (torch.empty(bs, n, **i64) for _ in range(3))
@@ -112,7 +100,7 @@ def build_trees_fused(
         topk.logits.contiguous(), topk.ids.contiguous(), topk.lse.contiguous(), roots,
         slot, rank, n_pairs, *scratch,
         tokens, parents, depths, scores, nodes, kt, horizon, kb, depth, budget,
-        FP=fp, LOG_F=fp.bit_length() - 1, LOG_P=log_p, LOG_U=log_u, RADIX=selection == "radix",
+        FP=fp, LOG_F=fp.bit_length() - 1, LOG_P=log_p, LOG_U=log_u,
         num_warps=num_warps,
     )
     return DraftTree(tokens, parents, depths, nodes, scores, budget, horizon, root_tokens is not None)

@@ -8,8 +8,8 @@ For each (bs, B) at L = 15 and V = 163840 (Kimi's vocabulary) with bf16 drafter 
   (``repro.ddtree.reference.heap_tree``), host wall time;
 - batched eager: ``topk_logprobs`` + ``build_trees_from_topk`` + ``verify_tensors``, CUDA events;
 - batched graph: the same captured once in a CUDA graph and replayed;
-- fused (GPU, B <= 256): Triton top-K + lse, the one-launch tree kernel (bitonic selection, and
-  radix selection as ``fused_tree_radix``) and the one-launch verify tensor kernel, in a graph;
+- fused (GPU, B <= 256): Triton top-K + lse, the one-launch tree kernel and the one-launch verify
+  tensor kernel, in a graph;
 plus the split of the batched path into top-K / tree / verify tensors. All in one run, so the
 ratios are side by side. Absolute times are only meaningful on the GPU.
 """
@@ -129,8 +129,6 @@ def _fused(logits, topk, tree, roots, lens, lens_sum, budget, k, iters) -> dict:
     return {
         "fused_topk_graph_us": time_graph(fused_topk, iters),
         "fused_tree_graph_us": time_graph(lambda: build_trees_fused(topk, budget, roots), iters),
-        "fused_tree_radix_graph_us": time_graph(
-            lambda: build_trees_fused(topk, budget, roots, selection="radix"), iters),
         "fused_verify_graph_us": time_graph(lambda: verify_tensors_fused(tree, lens, lens_sum), iters),
         "fused_whole_graph_us": time_graph(whole, iters),
         "fused_whole_eager_us": time_events(whole, iters),

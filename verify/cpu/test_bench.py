@@ -14,12 +14,13 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from repro import cli
+from repro import bench, cli
 from repro.results import read_records, summarize
 from repro.sglang_client import Client
 from repro.sglang_server import free_port
@@ -215,3 +216,32 @@ def _alive(pid: int) -> bool:
     # a zombie still answers kill(0); it has exited as far as we care
     stat = Path(f"/proc/{pid}/stat")
     return stat.exists() and stat.read_text().split(") ")[-1][:1] != "Z"
+
+
+class _CountingClient:
+    """A client stub that records the prompt index and how many requests were in flight."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.in_flight = 0
+        self.widths: list[int] = []
+        self.indices: list[int] = []
+
+    def generate(self, payload: dict) -> dict:
+        with self.lock:
+            self.in_flight += 1
+            self.indices.append(payload["index"])
+        time.sleep(0.05)  # long enough for every thread of a round to be in flight at once
+        with self.lock:
+            self.widths.append(self.in_flight)
+            self.in_flight -= 1
+        return {}
+
+
+class TestWarmUp:
+    def test_warm_up_runs_every_concurrency_on_unmeasured_prompts(self) -> None:
+        """Two rounds at each of c=1 and c=4 send 10 requests, 4 at once, from index 16 on."""
+        client = _CountingClient()
+        bench._warm_up(client, lambda i, t, n: {"index": i}, 2, [4, 1, 4], 16)
+        assert len(client.widths) == 10 and max(client.widths) == 4
+        assert min(client.indices) == 16 and max(client.indices) == 19

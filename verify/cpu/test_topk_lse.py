@@ -35,14 +35,6 @@ CASES = [
     ("k256", "random", 2, 4096, 256, torch.bfloat16, {}),
     ("tiny-config-random", "random", 2, 999, 16, torch.float16, TINY),
     ("tiny-config-boundary", "boundary", 2, 999, 16, torch.bfloat16, TINY),
-    # the radix-select threshold (TopKConfig.threshold="histogram") on the same kinds of rows
-    ("hist-random", "random", 3, 1000, 64, torch.bfloat16, {"threshold": "histogram"}),
-    ("hist-k-equals-vocab", "random", 2, 100, 100, torch.float32, {"threshold": "histogram"}),
-    ("hist-tied-slow-path", "tied", 2, 700, 7, torch.bfloat16, {"threshold": "histogram"}),
-    ("hist-boundary-ties", "boundary", 3, 600, 64, torch.float32, {"threshold": "histogram"}),
-    ("hist-signed-zeros", "signed_zeros", 2, 500, 16, torch.bfloat16, {"threshold": "histogram"}),
-    ("hist-k256", "random", 2, 4096, 256, torch.bfloat16, {"threshold": "histogram"}),
-    ("hist-tiny-config", "boundary", 2, 999, 16, torch.bfloat16, {**TINY, "threshold": "histogram"}),
 ]
 SHARDS = [(0, 1100), (1100, 3000)]
 
@@ -136,8 +128,6 @@ class TestArguments:
         """A tile that is not a power of two is refused when the config is built."""
         with pytest.raises(ValueError, match=r"TopKConfig.tile must be a power of two \(got 3000\)"):
             TopKConfig(tile=3000)
-        with pytest.raises(ValueError, match=r"TopKConfig.threshold must be 'bisect' or 'histogram' \(got 'radix'\)"):
-            TopKConfig(threshold="radix")
 
     @pytest.mark.skipif(NO_TRITON, reason="triton is not installed")
     def test_cpu_tensor_without_interpreter_is_an_error(self):

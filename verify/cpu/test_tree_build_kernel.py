@@ -34,10 +34,8 @@ for x, budget in cases:
     block[:, 0] = torch.arange(x.shape[0]) + 7
     roots = block[:, 0]  # a strided view, as SGLang's drafter block column is
     want, got = build_trees_from_topk(topk, budget, roots), build_trees_fused(topk, budget, roots)
-    radix = build_trees_fused(topk, budget, roots, selection="radix")
     for name in ("tokens", "parents", "depths", "scores", "num_nodes"):
         assert torch.equal(getattr(want, name), getattr(got, name)), (x.shape, budget, name)
-        assert torch.equal(getattr(want, name), getattr(radix, name)), (x.shape, budget, name, "radix")
     lens = torch.randint(0, 12, (x.shape[0], 2), generator=g)[:, 0]
     for total in (int(lens.sum()), int(lens.sum()) + 5):  # exact, and an upper bound
         a, f = verify_tensors(want, lens, total), verify_tensors_fused(got, lens, total)
@@ -50,24 +48,12 @@ print(f"{len(cases)} cases equal")
 
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
 def test_fused_kernels_equal_the_torch_path_under_the_interpreter():
-    """Worked example, 12 seeded ties/random/flat cases and a certain-token case: trees (both
-    selections) and verify tensors (FULL mask sized exactly and by an upper bound) match exactly, with strided roots and
+    """Worked example, 12 seeded ties/random/flat cases and a certain-token case: trees and verify tensors (FULL mask sized exactly and by an upper bound) match exactly, with strided roots and
     prefix lengths."""
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO)}
     proc = subprocess.run([sys.executable, "-c", SCRIPT], cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "16 cases equal" in proc.stdout
-
-
-def test_unknown_selection_is_a_clear_error():
-    """Only the two selections exist; anything else is one ValueError naming them."""
-    import torch
-
-    from repro.ddtree import topk_logprobs
-    from repro.kernels.tree_build import build_trees_fused
-
-    with pytest.raises(ValueError, match=r"selection must be one of bitonic, radix \(got 'heap'\)"):
-        build_trees_fused(topk_logprobs(torch.randn(1, 2, 20), 4), 4, selection="heap")
 
 
 def test_budget_limit_is_a_clear_error():
