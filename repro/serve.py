@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import signal
 import sys
-import time
+import threading
 from pathlib import Path
 
 from repro.profiles import get_profile, models_dir
@@ -32,6 +33,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="print the SGLang command line and exit")
 
 
+def _serve_until_signalled(server: SGLangServer) -> None:
+    """Watch the server until SIGINT or SIGTERM; the handlers only set a flag, so a signal never
+    lands inside a subprocess call (an interrupted ``Popen.poll`` can leave its lock held)."""
+    stop = threading.Event()
+    signals = (signal.SIGINT, signal.SIGTERM)
+    previous = {s: signal.signal(s, lambda signum, frame: stop.set()) for s in signals}
+    try:
+        while not stop.wait(1.0):
+            server.check_alive()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
 def main(args: argparse.Namespace) -> int:
     profile = get_profile(args.profile, args.profile_file)
     if args.algorithm or args.budget is not None:
@@ -51,12 +66,10 @@ def main(args: argparse.Namespace) -> int:
             took = server.wait_healthy(args.start_timeout or profile.start_timeout)
             print(f"serving {profile.name} ({profile.label}) at {server.url} (ready after "
                   f"{took:.0f} s); Ctrl-C or SIGTERM stops it", flush=True)
-            while True:
-                server.check_alive()
-                time.sleep(1.0)
-        except KeyboardInterrupt:
-            code = server.stop()
-            print(f"repro serve: stopped {profile.name} (server exit code {code})", file=sys.stderr)
-            return 0
+            _serve_until_signalled(server)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM while it was starting
+            pass
         finally:
-            server.stop()
+            code = server.stop()
+    print(f"repro serve: stopped {profile.name} (server exit code {code})", file=sys.stderr)
+    return 0

@@ -71,7 +71,7 @@ def _merge_desc(a, b, K_P: tl.constexpr):
     return out
 
 
-@triton.jit(do_not_specialize=["chunk", "S"])  # they change with the row count: one compile
+@triton.jit(do_not_specialize=["S"])  # S changes with the row count; chunk stays a multiple of the tile
 def stream_kernel(
     x_ptr, stride_row, V, M, chunk, S, gkey_ptr, part_ptr,
     TG: tl.constexpr, G: tl.constexpr,
