@@ -52,15 +52,22 @@ def build_trees(
     return build_trees_from_topk(topk, budget, root_tokens)
 
 
-def build_trees_from_topk(
-    topk: TopK, budget: int, root_tokens: torch.Tensor | None = None
-) -> DraftTree:
-    """Build the trees from per-depth top-K (needs K >= min(budget, V))."""
+def _check_topk(topk: TopK, budget: int) -> tuple[int, int, int]:
+    """Validate ``budget`` against ``topk``; return (bs, horizon, ranks used per depth)."""
     check_budget(budget)
     bs, horizon, k = topk.ids.shape
     kb = min(budget, topk.vocab_size)
     if k < kb:
         raise ValueError(f"topk must keep K >= min(budget, V) = {kb} ranks per depth (got K={k})")
+    return bs, horizon, kb
+
+
+def build_trees_from_topk(
+    topk: TopK, budget: int, root_tokens: torch.Tensor | None = None
+) -> DraftTree:
+    """Build the trees from per-depth top-K (needs K >= min(budget, V))."""
+    bs, horizon, kb = _check_topk(topk, budget)
+    k = topk.ids.shape[-1]
     roots = _root_column(root_tokens, bs, topk.ids.device)
     if budget == 0:
         return _root_only(roots, horizon, root_tokens is not None)

@@ -17,8 +17,7 @@ from functools import lru_cache
 
 import torch
 
-from repro.ddtree.topk import check_budget
-from repro.ddtree.tree import _check_code_room, _pairs, _pairs_host, _root_column, _root_only
+from repro.ddtree.tree import _check_code_room, _check_topk, _pairs, _pairs_host, _root_column, _root_only
 from repro.ddtree.types import DraftTree, TopK, VerifyTensors
 
 MAX_BUDGET = 256
@@ -65,11 +64,8 @@ def build_trees_fused(
     topk: TopK, budget: int, root_tokens: torch.Tensor | None = None, num_warps: int = 8,
 ) -> DraftTree:
     """``build_trees_from_topk`` in one Triton launch (budget <= MAX_BUDGET); same results."""
-    check_budget(budget)
-    bs, horizon, kt = topk.ids.shape
-    kb = min(budget, topk.vocab_size)
-    if kt < kb:
-        raise ValueError(f"topk must keep K >= min(budget, V) = {kb} ranks per depth (got K={kt})")
+    bs, horizon, kb = _check_topk(topk, budget)
+    kt = topk.ids.shape[-1]
     if budget > MAX_BUDGET:
         raise ValueError(f"build_trees_fused takes budget <= {MAX_BUDGET} (got {budget}); use build_trees_from_topk")
     dev = topk.ids.device
