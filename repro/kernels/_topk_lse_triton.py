@@ -142,15 +142,18 @@ def _count_reaching(gk_row, M, u0, t, MB: tl.constexpr):
 
 
 @triton.jit
-def _threshold(gk_row, M, K, u0, MB: tl.constexpr):
+def _threshold(gk_row, M, K, u0, MB: tl.constexpr, UNROLL: tl.constexpr):
     """Largest biased 16-bit key ``tb`` that at least ``K`` group keys reach (0 if fewer than K).
 
-    Bitwise binary search from the top bit: 16 counts over the keys held in registers.
+    Bitwise binary search from the top bit: 16 counts over the keys held in registers, the loop
+    unrolled ``UNROLL`` times (16: straight-line code; 1: a loop, a 16x smaller program).
     """
     tb = K * 0
-    for bit in tl.static_range(15, -1, -1):
-        t = tb + (1 << bit)
+    step = K * 0 + (1 << 15)
+    for _ in tl.range(0, 16, loop_unroll_factor=UNROLL):
+        t = tb + step
         tb = tl.where(_count_reaching(gk_row, M, u0, t, MB) >= K, t, tb)
+        step = step >> 1
     return tb
 
 
@@ -238,7 +241,7 @@ def select_kernel(
     x_ptr, stride_row, V, M, S, K, id_offset,
     gkey_ptr, part_ptr, gidx_ptr, cand_ptr, val_ptr, id_ptr, lse_ptr,
     MB: tl.constexpr, G: tl.constexpr, GT: tl.constexpr,
-    K_P: tl.constexpr, CAP: tl.constexpr,
+    K_P: tl.constexpr, CAP: tl.constexpr, UNROLL: tl.constexpr,
 ):
     """Per row: logsumexp, then the exact top-K (value desc, id asc) from the few candidates."""
     r = tl.program_id(0).to(tl.int64)
@@ -250,7 +253,7 @@ def select_kernel(
 
     tl.store(lse_ptr + r, _merge_lse(part_ptr + r * S * 2, S))
 
-    tb = _threshold(gk_row, M, K, u0, MB)
+    tb = _threshold(gk_row, M, K, u0, MB, UNROLL)
     gidx_row = gidx_ptr + r * CAP
     cand_row = cand_ptr + r * CAP
     nsel = _compact_groups(gk_row, gidx_row, M, tb, u0, MB, CAP)

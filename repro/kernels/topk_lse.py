@@ -46,6 +46,7 @@ class TopKConfig:
     min_cap: int = 128
     gather: int = 2048  # tokens per candidate-gather step of the select kernel
     scan_block: int = 8192  # group keys the select kernel holds in registers (power of two)
+    bisect_unroll: int = 16  # unroll factor of the 16-step threshold search (16: fully, 1: a loop)
 
     def __post_init__(self) -> None:
         for name in ("tile", "scan_block", "gather", "min_cap"):
@@ -54,6 +55,8 @@ class TopKConfig:
                 raise ValueError(f"TopKConfig.{name} must be a power of two (got {value})")
         if self.group < 0 or self.group & (self.group - 1):
             raise ValueError(f"TopKConfig.group must be 0 or a power of two (got {self.group})")
+        if self.bisect_unroll not in (1, 2, 4, 8, 16):
+            raise ValueError(f"TopKConfig.bisect_unroll must be 1, 2, 4, 8 or 16 (got {self.bisect_unroll})")
         if self.cap_mult not in (2, 4, 8):
             raise ValueError(f"TopKConfig.cap_mult must be 2, 4 or 8 (got {self.cap_mult})")
         for name in ("stream_warps", "select_warps"):
@@ -79,6 +82,7 @@ class Plan:
     cap: int  # candidate keys per row before the slow path
     gather_groups: int  # GT: groups per gather step
     scan_block: int  # MB
+    bisect_unroll: int
     stream_warps: int
     select_warps: int
 
@@ -113,6 +117,7 @@ def make_plan(rows: int, vocab: int, k: int, config: TopKConfig) -> Plan:
         cap=max(config.cap_mult * k_pow2, config.min_cap),
         gather_groups=max(1, config.gather // group),
         scan_block=min(config.scan_block, _pow2_ceil(groups)),
+        bisect_unroll=config.bisect_unroll,
         stream_warps=config.stream_warps,
         select_warps=config.select_warps,
     )
@@ -188,7 +193,7 @@ def prepare(
             kern.select_kernel[(p.rows,)](
                 x2, x2.stride(0), vocab, p.groups, p.splits, k, id_offset,
                 gkeys, parts, gidx, cand, logits, ids, lse,
-                MB=p.scan_block, G=p.group, GT=p.gather_groups, K_P=p.k_pow2, CAP=p.cap,
+                MB=p.scan_block, G=p.group, GT=p.gather_groups, K_P=p.k_pow2, CAP=p.cap, UNROLL=p.bisect_unroll,
                 num_warps=p.select_warps,
             )
 

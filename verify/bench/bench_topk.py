@@ -149,9 +149,10 @@ def sweep_stages() -> list[list[dict]]:
     """Tunable sets tried in order; each stage varies a few fields around the best so far."""
     stream = [{"tile": t, "stream_warps": w, "programs": p}
               for t in (2048, 4096, 8192, 16384) for w in (4, 8, 16) for p in (256, 1024, 4096)]
-    select = [{"select_warps": w, "gather": g}
+    select = [{"select_warps": w, "gather": g, "bisect_unroll": u}
               for w, g in ((2, 1024), (2, 2048), (4, 1024), (4, 2048), (4, 4096), (8, 2048), (8, 4096), (8, 8192),
-                           (16, 2048), (16, 4096))]
+                           (16, 2048), (16, 4096))
+              for u in (16, 1)]
     keys = [{"group": g, "scan_block": b} for g, b in ((16, 16384), (32, 2048), (32, 8192), (64, 1024), (64, 4096))]
     return [stream, select, keys]
 

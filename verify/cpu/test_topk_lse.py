@@ -35,6 +35,10 @@ CASES = [
     ("k256", "random", 2, 4096, 256, torch.bfloat16, {}),
     ("tiny-config-random", "random", 2, 999, 16, torch.float16, TINY),
     ("tiny-config-boundary", "boundary", 2, 999, 16, torch.bfloat16, TINY),
+    # the threshold search as a loop instead of straight-line code
+    ("bisect-loop-random", "random", 3, 1000, 64, torch.bfloat16, {"bisect_unroll": 1}),
+    ("bisect-loop-boundary", "boundary", 3, 600, 64, torch.float32, {"bisect_unroll": 4}),
+    ("bisect-loop-tied", "tied", 2, 700, 7, torch.bfloat16, {"bisect_unroll": 1}),
 ]
 SHARDS = [(0, 1100), (1100, 3000)]
 
@@ -128,6 +132,8 @@ class TestArguments:
         """A tile that is not a power of two is refused when the config is built."""
         with pytest.raises(ValueError, match=r"TopKConfig.tile must be a power of two \(got 3000\)"):
             TopKConfig(tile=3000)
+        with pytest.raises(ValueError, match=r"TopKConfig.bisect_unroll must be 1, 2, 4, 8 or 16 \(got 3\)"):
+            TopKConfig(bisect_unroll=3)
 
     @pytest.mark.skipif(NO_TRITON, reason="triton is not installed")
     def test_cpu_tensor_without_interpreter_is_an_error(self):

@@ -1,0 +1,115 @@
+"""Static size of the fused top-K kernels for a GPU architecture, on any machine (no GPU needed).
+
+    python -m verify.bench.kernel_size --k 256 --vocab 163840 --set bisect_unroll=1 --set select_warps=4
+
+Compiles ``stream_kernel`` and ``select_kernel`` ahead of time for ``--arch`` (default sm_90) with
+the launch constants ``repro.kernels.topk_lse.make_plan`` picks, then reads the cubin with the
+``cuobjdump`` that ships in the triton wheel: registers per thread, stack, local (spill) and
+shared bytes, and the SASS instruction count. Nsight Compute showed the select kernel stalled on
+instruction fetch (docs/PERFORMANCE.md), so code size is a lead worth reading before a GPU run;
+it is not a timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+POINTER_TYPES = {
+    "x_ptr": "*bf16", "gkey_ptr": "*i16", "part_ptr": "*fp32", "gidx_ptr": "*i32", "cand_ptr": "*i64",
+    "val_ptr": "*fp32", "id_ptr": "*i64", "lse_ptr": "*fp32",
+}
+"""Argument types of the two kernels that are not i32 scalars or constexprs (bf16 logits)."""
+
+
+def _compile(fn, constants: dict[str, int], values: dict[str, int], num_warps: int, arch: int) -> bytes:
+    """The cubin of triton function ``fn`` for sm_``arch``, specialised as the JIT would be at run
+    time: ``constants`` as constexprs, pointers 16-byte aligned, and each int of ``values`` that is
+    a multiple of 16 marked so (unless the kernel opts out with ``do_not_specialize``)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    names = [p.name for p in fn.params]
+    signature = {n: "constexpr" if n in constants else POINTER_TYPES.get(n, "i64" if n == "id_offset" else "i32")
+                 for n in names}
+    aligned = [n for n in names if n in POINTER_TYPES or (
+        n in values and values[n] % 16 == 0 and not fn.params[names.index(n)].do_not_specialize)]
+    source = ASTSource(fn=fn, signature=signature,
+                       constexprs={(names.index(n),): v for n, v in constants.items()},
+                       attrs={(names.index(n),): [["tt.divisibility", 16]] for n in aligned})
+    return triton.compile(source, target=GPUTarget("cuda", arch, 32), options={"num_warps": num_warps}).asm["cubin"]
+
+
+def _cuobjdump() -> Path:
+    import triton
+
+    return Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+
+
+def cubin_size(cubin: bytes) -> dict[str, int]:
+    """Registers, stack, local and shared bytes, and SASS instruction count of one cubin."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        usage = subprocess.run([_cuobjdump(), "--dump-resource-usage", f.name],
+                               capture_output=True, text=True, check=True).stdout
+        sass = subprocess.run([_cuobjdump(), "-sass", f.name], capture_output=True, text=True, check=True).stdout
+    out = {key.lower(): int(value) for key, value in re.findall(r"\b(REG|STACK|SHARED|LOCAL):(\d+)", usage)}
+    out["instructions"] = sum(1 for line in sass.splitlines() if re.match(r"\s+/\*[0-9a-f]+\*/\s", line))
+    return out
+
+
+def topk_kernel_sizes(rows: int, vocab: int, k: int, config, arch: int = 90) -> dict[str, dict[str, int]]:
+    """``cubin_size`` of the stream and select kernels as ``topk_lse`` would launch them."""
+    from repro.kernels import _topk_lse_triton as kern
+    from repro.kernels.topk_lse import make_plan
+
+    p = make_plan(rows, vocab, k, config)
+    values = {"stride_row": vocab, "V": vocab, "M": p.groups, "chunk": p.chunk, "S": p.splits, "K": k, "id_offset": 0}
+    stream = _compile(kern.stream_kernel, {"TG": p.tile // p.group, "G": p.group}, values, p.stream_warps, arch)
+    select = _compile(kern.select_kernel, {"MB": p.scan_block, "G": p.group, "GT": p.gather_groups, "K_P": p.k_pow2,
+                                           "CAP": p.cap, "UNROLL": p.bisect_unroll}, values, p.select_warps, arch)
+    return {"stream_kernel": cubin_size(stream), "select_kernel": cubin_size(select)}
+
+
+def _setting(text: str) -> tuple[str, int]:
+    name, _, value = text.partition("=")
+    if not value.strip().lstrip("-").isdigit():
+        raise argparse.ArgumentTypeError(f"--set takes NAME=INT (got {text!r})")
+    return name.strip(), int(value)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the kernel sizes for one shape and TopKConfig as JSON."""
+    from repro.kernels.topk_lse import TopKConfig
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rows", type=int, default=480, help="drafter rows (bs * 15); default 480 = bs 32")
+    p.add_argument("--vocab", type=int, default=163840)
+    p.add_argument("--k", type=int, default=256)
+    p.add_argument("--arch", type=int, default=90, help="compute capability as an int (90, 100, 120)")
+    p.add_argument("--set", type=_setting, action="append", default=[], metavar="NAME=INT",
+                   help="a TopKConfig field (e.g. bisect_unroll=1); repeatable")
+    args = p.parse_args(argv)
+    fields = {f.name for f in dataclasses.fields(TopKConfig)}
+    unknown = [name for name, _ in args.set if name not in fields]
+    if unknown:
+        p.error(f"--set NAME must be a TopKConfig field ({', '.join(sorted(fields))}); got {unknown[0]!r}")
+    try:
+        config = TopKConfig(**dict(args.set))
+    except (TypeError, ValueError) as exc:
+        p.error(str(exc))
+    sizes = topk_kernel_sizes(args.rows, args.vocab, args.k, config, args.arch)
+    print(json.dumps({"arch": f"sm_{args.arch}", "rows": args.rows, "vocab": args.vocab, "k": args.k,
+                      "config": dataclasses.asdict(config), **sizes}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
