@@ -75,8 +75,9 @@ def time_host(fn: Callable[[], object], iters: int) -> float:
     return statistics.median(samples)
 
 
-def bench_one(bs: int, horizon: int, vocab: int, budget: int, iters: int, device: str) -> dict:
-    """All timings for one shape."""
+def bench_one(bs: int, horizon: int, vocab: int, budget: int, iters: int, device: str,
+              tree_warps: tuple[int, ...] = ()) -> dict:
+    """All timings for one shape (``tree_warps``: extra warp counts to time the tree kernel at)."""
     g = torch.Generator(device=device).manual_seed(0)
     logits = torch.randn(bs, horizon, vocab, device=device, generator=g).to(torch.bfloat16)
     roots = torch.zeros(bs, dtype=torch.int64, device=device)
@@ -110,13 +111,14 @@ def bench_one(bs: int, horizon: int, vocab: int, budget: int, iters: int, device
     best = row.get("batched_graph_us", row["batched_eager_us"])
     row["reference_over_batched"] = row["reference_us"] / best
     if device == "cuda" and budget <= MAX_BUDGET:
-        row.update(_fused(logits, topk, tree, roots, lens, lens_sum, budget, k, iters))
+        row.update(_fused(logits, topk, tree, roots, lens, lens_sum, budget, k, iters, tree_warps))
         row["reference_over_fused"] = row["reference_us"] / row["fused_whole_graph_us"]
     return row
 
 
-def _fused(logits, topk, tree, roots, lens, lens_sum, budget, k, iters) -> dict:
-    """Timings of the GPU-resident path: fused top-K + lse, fused tree, fused verify tensors."""
+def _fused(logits, topk, tree, roots, lens, lens_sum, budget, k, iters, tree_warps=()) -> dict:
+    """Timings of the GPU-resident path: fused top-K + lse, fused tree, fused verify tensors; and
+    the tree kernel alone at each other warp count of ``tree_warps``."""
     from repro.kernels.topk_lse import topk_lse
 
     def fused_topk() -> TopK:
@@ -132,6 +134,8 @@ def _fused(logits, topk, tree, roots, lens, lens_sum, budget, k, iters) -> dict:
         "fused_verify_graph_us": time_graph(lambda: verify_tensors_fused(tree, lens, lens_sum), iters),
         "fused_whole_graph_us": time_graph(whole, iters),
         "fused_whole_eager_us": time_events(whole, iters),
+        **{f"fused_tree_warps{w}_graph_us": time_graph(lambda w=w: build_trees_fused(topk, budget, roots, num_warps=w), iters)
+           for w in tree_warps},
     }
 
 
@@ -151,13 +155,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--horizon", type=int, default=15)
     p.add_argument("--vocab", type=int, default=163840)
     p.add_argument("--iters", type=int, default=50)
+    p.add_argument("--tree-warps", type=int, nargs="*", default=[], choices=(1, 2, 4, 16, 32),
+                   help="also time the fused tree kernel at these warp counts (default: 8 only)")
     p.add_argument("--out", type=Path, default=Path("results/bench_tree.json"))
     args = p.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     rows = []
     for bs in args.bs:
         for budget in args.budget:
-            row = bench_one(bs, args.horizon, args.vocab, budget, args.iters, device)
+            row = bench_one(bs, args.horizon, args.vocab, budget, args.iters, device, tuple(args.tree_warps))
             rows.append(row)
             print(json.dumps(row), flush=True)
     result = {
