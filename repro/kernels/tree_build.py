@@ -60,6 +60,20 @@ def _verify_kernel():
     return verify_kernel
 
 
+def tree_kernel_constants(budget: int, horizon: int) -> dict[str, int]:
+    """The tree kernel's compile-time sizes for a budget >= 1 and horizon L.
+
+    They depend only on next_pow2(B) and next_pow2(min(L, B)): few variants compile.
+    """
+    fp = max(2, _pow2(budget))  # frontier slots per level (>= B; >= 2: a 1-wide bitonic network does not compile)
+    return {
+        "FP": fp,
+        "LOG_F": fp.bit_length() - 1,
+        "LOG_P": max(1, (len(_pairs_host_for(fp)) - 1).bit_length()),
+        "LOG_U": max(1, (_pow2(min(horizon, budget)) * fp - 1).bit_length()),
+    }
+
+
 def build_trees_fused(
     topk: TopK, budget: int, root_tokens: torch.Tensor | None = None, num_warps: int = 8,
 ) -> DraftTree:
@@ -76,10 +90,8 @@ def build_trees_fused(
     depth = min(horizon, budget)
     slot, rank = _tables(budget, kb, dev)
     n_pairs = slot.numel()
-    fp = max(2, _pow2(budget))  # frontier slots per level (>= B; >= 2: a 1-wide bitonic network does not compile)
-    # compile-time sizes depend only on next_pow2(B) and next_pow2(min(L, B)): few variants
-    log_p = max(1, (len(_pairs_host_for(fp)) - 1).bit_length())
-    log_u = max(1, (_pow2(depth) * fp - 1).bit_length())
+    sizes = tree_kernel_constants(budget, horizon)
+    fp, log_u = sizes["FP"], sizes["LOG_U"]
     f64 = dict(dtype=torch.float64, device=dev)
     i64 = dict(dtype=torch.int64, device=dev)
     i32 = dict(dtype=torch.int32, device=dev)
@@ -96,7 +108,7 @@ def build_trees_fused(
         topk.logits.contiguous(), topk.ids.contiguous(), topk.lse.contiguous(), roots,
         slot, rank, n_pairs, *scratch,
         tokens, parents, depths, scores, nodes, kt, horizon, kb, depth, budget,
-        FP=fp, LOG_F=fp.bit_length() - 1, LOG_P=log_p, LOG_U=log_u,
+        **sizes,
         num_warps=num_warps,
     )
     return DraftTree(tokens, parents, depths, nodes, scores, budget, horizon, root_tokens is not None)

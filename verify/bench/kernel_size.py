@@ -1,13 +1,15 @@
-"""Static size of the fused top-K kernels for a GPU architecture, on any machine (no GPU needed).
+"""Static size of the fused DDTree kernels for a GPU architecture, on any machine (no GPU needed).
 
     python -m verify.bench.kernel_size --k 256 --vocab 163840 --set bisect_unroll=1 --set select_warps=4
+    python -m verify.bench.kernel_size --tree --budget 256 --warps 16
 
-Compiles ``stream_kernel`` and ``select_kernel`` ahead of time for ``--arch`` (default sm_90) with
-the launch constants ``repro.kernels.topk_lse.make_plan`` picks, then reads the cubin with the
-``cuobjdump`` that ships in the triton wheel: registers per thread, stack, local (spill) and
-shared bytes, and the SASS instruction count. Nsight Compute showed the select kernel stalled on
-instruction fetch (docs/PERFORMANCE.md), so code size is a lead worth reading before a GPU run;
-it is not a timing.
+Compiles the top-K ``stream_kernel`` and ``select_kernel`` (with the launch constants
+``repro.kernels.topk_lse.make_plan`` picks), or with ``--tree`` the tree kernel (constants from
+``repro.kernels.tree_build.tree_kernel_constants``), ahead of time for ``--arch`` (default sm_90),
+then reads the cubin with the ``cuobjdump`` that ships in the triton wheel: registers per thread,
+stack (spill slots), local and shared bytes, and the SASS instruction count. Nsight Compute showed
+the select kernel stalled on instruction fetch (docs/PERFORMANCE.md), so code size and spills are
+leads worth reading before a GPU run; they are not timings.
 """
 
 from __future__ import annotations
@@ -23,8 +25,12 @@ from pathlib import Path
 POINTER_TYPES = {
     "x_ptr": "*bf16", "gkey_ptr": "*i16", "part_ptr": "*fp32", "gidx_ptr": "*i32", "cand_ptr": "*i64",
     "val_ptr": "*fp32", "id_ptr": "*i64", "lse_ptr": "*fp32",
+    "logits_ptr": "*fp32", "ids_ptr": "*i64", "roots_ptr": "*i64", "slot_tab": "*i32", "rank_tab": "*i32",
+    "fx_ptr": "*fp64", "fscore_ptr": "*fp64", "flex_ptr": "*i64", "fbits_ptr": "*i64", "fprod_ptr": "*i64",
+    "frank_ptr": "*i32", "fslot_ptr": "*i32", "inv_ptr": "*i32", "tokens_ptr": "*i64", "parents_ptr": "*i64",
+    "depths_ptr": "*i64", "scores_ptr": "*fp64", "nodes_ptr": "*i64",
 }
-"""Argument types of the two kernels that are not i32 scalars or constexprs (bf16 logits)."""
+"""Pointer arguments of the kernels by name (bf16 drafter logits); other arguments are i32."""
 
 
 def _compile(fn, constants: dict[str, int], values: dict[str, int], num_warps: int, arch: int) -> bytes:
@@ -78,6 +84,15 @@ def topk_kernel_sizes(rows: int, vocab: int, k: int, config, arch: int = 90) -> 
     return {"stream_kernel": cubin_size(stream), "select_kernel": cubin_size(select)}
 
 
+def tree_kernel_size(budget: int, horizon: int = 15, num_warps: int = 8, arch: int = 90) -> dict[str, int]:
+    """``cubin_size`` of the tree kernel as ``build_trees_fused`` would launch it (K = B <= V)."""
+    from repro.kernels import _tree_build_triton as kern
+    from repro.kernels.tree_build import tree_kernel_constants
+
+    values = {"KT": budget, "L": horizon, "KB": budget, "D": min(horizon, budget), "B": budget}
+    return cubin_size(_compile(kern.tree_kernel, tree_kernel_constants(budget, horizon), values, num_warps, arch))
+
+
 def _setting(text: str) -> tuple[str, int]:
     name, _, value = text.partition("=")
     if not value.strip().lstrip("-").isdigit():
@@ -86,7 +101,7 @@ def _setting(text: str) -> tuple[str, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print the kernel sizes for one shape and TopKConfig as JSON."""
+    """Print the kernel sizes for one shape and TopKConfig (or tree budget and warps) as JSON."""
     from repro.kernels.topk_lse import TopKConfig
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -96,7 +111,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--arch", type=int, default=90, help="compute capability as an int (90, 100, 120)")
     p.add_argument("--set", type=_setting, action="append", default=[], metavar="NAME=INT",
                    help="a TopKConfig field (e.g. bisect_unroll=1); repeatable")
+    p.add_argument("--tree", action="store_true", help="the tree kernel instead of the top-K kernels")
+    p.add_argument("--budget", type=int, default=256, help="with --tree: B in [1, 256]")
+    p.add_argument("--warps", type=int, default=8, choices=(1, 2, 4, 8, 16, 32), help="with --tree: num_warps")
     args = p.parse_args(argv)
+    if args.tree:
+        if not 1 <= args.budget <= 256:
+            p.error(f"--budget must be in [1, 256] (got {args.budget})")
+        sizes = tree_kernel_size(args.budget, num_warps=args.warps, arch=args.arch)
+        print(json.dumps({"arch": f"sm_{args.arch}", "budget": args.budget, "num_warps": args.warps,
+                          "tree_kernel": sizes}, indent=1))
+        return 0
     fields = {f.name for f in dataclasses.fields(TopKConfig)}
     unknown = [name for name, _ in args.set if name not in fields]
     if unknown:

@@ -39,3 +39,22 @@ def test_bad_settings_are_usage_errors(capsys, setting, message):
         kernel_size.main(["--set", setting])
     assert exc.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_tree_kernel_work_per_thread_falls_with_more_warps(capsys):
+    """The B = 64 tree kernel compiles for sm_90 without local memory, and 16 warps give each
+    thread a shorter program than 8 (half the entries per thread in every sort)."""
+    sizes = {}
+    for warps in (8, 16):
+        assert kernel_size.main(["--tree", "--budget", "64", "--warps", str(warps)]) == 0
+        sizes[warps] = json.loads(capsys.readouterr().out)["tree_kernel"]
+        assert sizes[warps]["local"] == 0 and 0 < sizes[warps]["reg"] <= 255
+    assert sizes[16]["instructions"] < sizes[8]["instructions"]
+
+
+def test_tree_budget_out_of_range_is_a_usage_error(capsys):
+    """--tree --budget 0 exits 2 naming the range."""
+    with pytest.raises(SystemExit) as exc:
+        kernel_size.main(["--tree", "--budget", "0"])
+    assert exc.value.code == 2
+    assert "--budget must be in [1, 256] (got 0)" in capsys.readouterr().err
