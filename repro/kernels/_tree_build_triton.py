@@ -89,27 +89,54 @@ def _best(score, lex, idx, LOG_N: tl.constexpr, LOG_K: tl.constexpr):
 
 
 @triton.jit
+def _merge_best(s1, l1, i1, s2, l2, i2, LOG_F: tl.constexpr):
+    """The best 2**LOG_F of two best-first lists of that length, best first (bitonic merge)."""
+    f: tl.constexpr = 1 << LOG_F
+    s, l, i = _keep_better(s1, l1, i1, tl.flip(s2, 0), tl.flip(l2, 0), tl.flip(i2, 0))
+    s, l, i = _merge(tl.reshape(s, [2] * LOG_F), tl.reshape(l, [2] * LOG_F), tl.reshape(i, [2] * LOG_F), LOG_F, False)
+    return tl.reshape(s, [f]), tl.reshape(l, [f]), tl.reshape(i, [f])
+
+
+@triton.jit
+def _prune_below(best_s, q, B, c):
+    """Scores below this can never reach the best ``B``: the B-th best of ``best_s`` so far, less a
+    margin far above float64 rounding along a path (-inf until ``B`` entries are known)."""
+    bth = tl.max(tl.where(q == B - 1, best_s, float("-inf")), 0)
+    return bth - 1e-6 * (1.0 + tl.abs(bth) + tl.abs(c))
+
+
+@triton.jit
 def tree_kernel(
     logits_ptr, ids_ptr, lse_ptr, roots_ptr, slot_tab, rank_tab, P,
     fx_ptr, fscore_ptr, flex_ptr, fbits_ptr, fprod_ptr, frank_ptr, fslot_ptr, inv_ptr,
+    cs_ptr, cl_ptr, ci_ptr,
     tokens_ptr, parents_ptr, depths_ptr, scores_ptr, nodes_ptr,
     KT, L, KB, D, B,
     FP: tl.constexpr, LOG_F: tl.constexpr, LOG_P: tl.constexpr, LOG_U: tl.constexpr,
 ):
-    """One request's tree: per-depth best-FP frontiers in scratch, then the best B of them all."""
+    """One request's tree: per-depth best-FP frontiers in scratch, merged into the best B so far.
+
+    Candidates scoring below the running B-th best (less a rounding margin) cannot be in the tree,
+    nor can their descendants (a child scores at most its parent), so they are dropped: a depth
+    with few survivors sorts FP compacted entries instead of every pair, and the first depth with
+    none ends the search. Kept entries keep the positions the full frontier gives them.
+    """
     b = tl.program_id(0)
     lrow = logits_ptr + b * L * KT
     frow = b * D * FP
     neg_inf = float("-inf")
     q = tl.arange(0, FP)
 
-    # depth 1: ranks 0..KB-1
+    # depth 1: ranks 0..KB-1 (already best first)
     ok = q < KB
     c = tl.load(lse_ptr + b * L).to(tl.float64)
     x = tl.load(lrow + q, mask=ok, other=0.0).to(tl.float64)
     code, bits = _rank_code(q.to(tl.int64) + 1)
+    best_s = tl.where(ok, x - c, neg_inf)
+    best_l = tl.where(ok, code << (63 - bits), INT64_MAX)
+    best_i = q
     tl.store(fx_ptr + frow + q, x)
-    tl.store(fscore_ptr + frow + q, tl.where(ok, x - c, neg_inf))
+    tl.store(fscore_ptr + frow + q, best_s)
     tl.store(flex_ptr + frow + q, code << (63 - bits))
     tl.store(fbits_ptr + frow + q, bits)
     tl.store(fprod_ptr + frow + q, q.to(tl.int64) + 1)
@@ -123,41 +150,60 @@ def tree_kernel(
     slot = tl.load(slot_tab + p, mask=in_p, other=0)
     rank = tl.load(rank_tab + p, mask=in_p, other=0)
     code, clen = _rank_code(rank.to(tl.int64) + 1)
+    alive = KB > 0
     for d in range(1, D):
-        c += tl.load(lse_ptr + b * L + d).to(tl.float64)
-        prev = frow + (d - 1) * FP + slot
-        pscore = tl.load(fscore_ptr + prev)
-        prod = tl.load(fprod_ptr + prev) * (rank.to(tl.int64) + 1)
-        valid = in_p & (pscore > neg_inf) & (prod <= B)
-        cx = tl.load(fx_ptr + prev) + tl.load(lrow + d * KT + rank, mask=in_p, other=0.0).to(tl.float64)
-        used = tl.load(fbits_ptr + prev) + clen
-        lex = tl.load(flex_ptr + prev) | (code << tl.maximum(63 - used, 0))
-        score = tl.where(valid, cx - c, neg_inf)
-        lex = tl.where(valid, lex, INT64_MAX)
-        score, lex, order = _best(score, lex, p, LOG_P, LOG_F)
-        s2 = tl.load(slot_tab + order, mask=order < P, other=0)
-        r2 = tl.load(rank_tab + order, mask=order < P, other=0)
-        prev2 = frow + (d - 1) * FP + s2
-        c2, l2 = _rank_code(r2.to(tl.int64) + 1)
-        out = frow + d * FP + q
-        tl.store(fx_ptr + out, tl.load(fx_ptr + prev2) + tl.load(lrow + d * KT + r2).to(tl.float64))
-        tl.store(fscore_ptr + out, score)
-        tl.store(flex_ptr + out, lex)
-        tl.store(fbits_ptr + out, tl.load(fbits_ptr + prev2) + l2)
-        tl.store(fprod_ptr + out, tl.load(fprod_ptr + prev2) * (r2.to(tl.int64) + 1))
-        tl.store(frank_ptr + out, r2)
-        tl.store(fslot_ptr + out, s2)
-        tl.debug_barrier()
+        if alive:
+            c += tl.load(lse_ptr + b * L + d).to(tl.float64)
+            floor = _prune_below(best_s, q, B, c)
+            prev = frow + (d - 1) * FP + slot
+            pscore = tl.load(fscore_ptr + prev)
+            prod = tl.load(fprod_ptr + prev) * (rank.to(tl.int64) + 1)
+            cx = tl.load(fx_ptr + prev) + tl.load(lrow + d * KT + rank, mask=in_p, other=0.0).to(tl.float64)
+            cand_s = cx - c
+            valid = in_p & (pscore > neg_inf) & (prod <= B) & (cand_s >= floor)
+            n_valid = tl.sum(valid.to(tl.int32), 0)
+            used = tl.load(fbits_ptr + prev) + clen
+            cand_l = tl.load(flex_ptr + prev) | (code << tl.maximum(63 - used, 0))
+            cand_s = tl.where(valid, cand_s, neg_inf)
+            cand_l = tl.where(valid, cand_l, INT64_MAX)
+            score = tl.full([FP], neg_inf, tl.float64)
+            lex = tl.full([FP], INT64_MAX, tl.int64)
+            order = q
+            if n_valid <= FP:  # compact the survivors, sort FP entries
+                at = tl.cumsum(valid.to(tl.int32), 0) - 1
+                tl.store(cs_ptr + b * FP + at, cand_s, mask=valid)
+                tl.store(cl_ptr + b * FP + at, cand_l, mask=valid)
+                tl.store(ci_ptr + b * FP + at, p, mask=valid)
+                tl.debug_barrier()
+                kept = q < n_valid
+                score = tl.load(cs_ptr + b * FP + q, mask=kept, other=neg_inf)
+                lex = tl.load(cl_ptr + b * FP + q, mask=kept, other=INT64_MAX)
+                order = tl.load(ci_ptr + b * FP + q, mask=kept, other=(1 << LOG_P) - 1)
+                score, lex, order = _best(score, lex, order, LOG_F, LOG_F)
+                tl.debug_barrier()  # the compaction buffer is reused at the next depth
+            else:
+                score, lex, order = _best(cand_s, cand_l, p, LOG_P, LOG_F)
+            s2 = tl.load(slot_tab + order, mask=order < P, other=0)
+            r2 = tl.load(rank_tab + order, mask=order < P, other=0)
+            prev2 = frow + (d - 1) * FP + s2
+            c2, l2 = _rank_code(r2.to(tl.int64) + 1)
+            out = frow + d * FP + q
+            tl.store(fx_ptr + out, tl.load(fx_ptr + prev2) + tl.load(lrow + d * KT + r2).to(tl.float64))
+            tl.store(fscore_ptr + out, score)
+            tl.store(flex_ptr + out, lex)
+            tl.store(fbits_ptr + out, tl.load(fbits_ptr + prev2) + l2)
+            tl.store(fprod_ptr + out, tl.load(fprod_ptr + prev2) * (r2.to(tl.int64) + 1))
+            tl.store(frank_ptr + out, r2)
+            tl.store(fslot_ptr + out, s2)
+            best_s, best_l, best_i = _merge_best(best_s, best_l, best_i, score, lex, d * FP + q, LOG_F)
+            alive = n_valid > 0
+            tl.debug_barrier()
 
-    # the best B of the union of all depths, best first; parents through an inverse map
-    u = tl.arange(0, 1 << LOG_U)
-    in_u = u < D * FP
-    score = tl.load(fscore_ptr + frow + u, mask=in_u, other=neg_inf)
-    lex = tl.load(flex_ptr + frow + u, mask=in_u, other=INT64_MAX)
-    lex = tl.where(score > neg_inf, lex, INT64_MAX)
-    score, lex, order = _best(score, lex, u, LOG_U, LOG_F)
+    # the best B of every depth, best first; parents through an inverse map
+    score, order = best_s, best_i
     inv = inv_ptr + b * (1 << LOG_U)
-    tl.store(inv + u, tl.full([1 << LOG_U], -1, tl.int32))
+    for u0 in range(0, D * FP, FP):
+        tl.store(inv + u0 + q, tl.full([FP], -1, tl.int32))
     tl.debug_barrier()
     chosen = (q < B) & (score > neg_inf)
     tl.store(inv + order, q.to(tl.int32) + 1, mask=chosen)
@@ -184,15 +230,16 @@ def tree_kernel(
 def verify_kernel(
     tokens_ptr, parents_ptr, depths_ptr, lens_ptr, bs, D, pad_token,
     ids_out, pos_out, anc_out, full_out, index_out, first_out, sibling_out, keys_ptr,
-    N: tl.constexpr, NP: tl.constexpr, BS_P: tl.constexpr, ROWS: tl.constexpr,
+    N: tl.constexpr, NP: tl.constexpr, BS_P: tl.constexpr, ROWS: tl.constexpr, RB: tl.constexpr,
 ):
-    """Verify tensors of one request: ids, positions, ancestor mask, flat FULL mask, pointers."""
+    """Verify tensors of one request's rows [t*RB, (t+1)*RB): ids, positions, ancestor mask rows,
+    FULL mask rows; the program with t = 0 also writes the first-child / next-sibling pointers."""
     b = tl.program_id(0)
-    i = tl.arange(0, NP)
-    real = i < N
-    row = b * N + i
+    t = tl.program_id(1)
+    r = t * RB + tl.arange(0, RB)
+    real = r < N
+    row = b * N + r
     tok = tl.load(tokens_ptr + row, mask=real, other=-1)
-    parent = tl.load(parents_ptr + row, mask=real, other=-1)
     depth = tl.load(depths_ptr + row, mask=real, other=0)
     s = tl.load(lens_ptr + b)
     tl.store(ids_out + row, tl.where(tok == -1, pad_token, tok), mask=real)
@@ -205,36 +252,40 @@ def verify_kernel(
         c = c0 + tl.arange(0, BS_P)
         lens = tl.load(lens_ptr + c, mask=c < b, other=0)
         start += tl.sum(tl.where(c < b, N * (lens + N), 0), 0).to(tl.int64)
-    width = s + N  # the caller filled the flat mask with True: clear this request's tree block
-    cols = tl.arange(0, NP)
-    for r0 in range(0, N, ROWS):
-        r = r0 + tl.arange(0, ROWS)[:, None]
-        tl.store(full_out + start + r * width + s + cols[None, :], 0, mask=(r < N) & (cols[None, :] < N))
-    for r0 in range(0, N * N, NP):  # ancestor mask: clear
-        tl.store(anc_out + b * N * N + r0 + i, 0, mask=r0 + i < N * N)
+    width = s + N  # the caller filled the flat mask with True: clear this program's rows of the tree block
+    cols = tl.arange(0, NP)[None, :]
+    for r0 in range(0, RB, ROWS):
+        rr = t * RB + r0 + tl.arange(0, ROWS)[:, None]
+        inside = (rr < N) & (cols < N)
+        tl.store(full_out + start + rr * width + s + cols, 0, mask=inside)
+        tl.store(anc_out + b * N * N + rr * N + cols, 0, mask=inside)
     tl.debug_barrier()
-    cur = i.to(tl.int64)  # self, then each ancestor: at most D hops
+    cur = r.to(tl.int64)  # self, then each ancestor: at most D hops
     hop = real
     for _ in range(0, D + 1):
-        tl.store(anc_out + b * N * N + i * N + cur, 1, mask=hop)
-        tl.store(full_out + start + i * width + s + cur, 1, mask=hop)
+        tl.store(anc_out + b * N * N + r * N + cur, 1, mask=hop)
+        tl.store(full_out + start + r * width + s + cur, 1, mask=hop)
         cur = tl.load(parents_ptr + b * N + cur, mask=hop, other=-1)
         hop = hop & (cur >= 0)
 
-    # first child: smallest child index; next sibling: successor in (parent, index) order
-    child = real & (parent >= 0)
-    tl.store(first_out + row, tl.full([NP], N, tl.int64), mask=real)
-    tl.debug_barrier()
-    tl.atomic_min(first_out + b * N + parent, i.to(tl.int64), mask=child)
-    tl.debug_barrier()
-    first = tl.load(first_out + row, mask=real, other=N)
-    tl.store(first_out + row, tl.where(first == N, -1, first), mask=real)
-    key = tl.where(child, parent * NP + i, NP * NP + i)  # non-children sort last
-    key = tl.sort(key)
-    tl.store(keys_ptr + b * (NP + 1) + i, key)
-    tl.store(keys_ptr + b * (NP + 1) + NP, NP * NP * 2)
-    tl.debug_barrier()
-    nxt = tl.load(keys_ptr + b * (NP + 1) + i + 1)
-    node = key % NP
-    same = (key < NP * NP) & (nxt < NP * NP) & (key // NP == nxt // NP)
-    tl.store(sibling_out + b * N + node, tl.where(same, nxt % NP, -1).to(tl.int64), mask=node < N)
+    if t == 0:  # first child: smallest child index; next sibling: successor in (parent, index) order
+        i = tl.arange(0, NP)
+        every = i < N
+        rows = b * N + i
+        parent = tl.load(parents_ptr + rows, mask=every, other=-1)
+        child = every & (parent >= 0)
+        tl.store(first_out + rows, tl.full([NP], N, tl.int64), mask=every)
+        tl.debug_barrier()
+        tl.atomic_min(first_out + b * N + parent, i.to(tl.int64), mask=child)
+        tl.debug_barrier()
+        first = tl.load(first_out + rows, mask=every, other=N)
+        tl.store(first_out + rows, tl.where(first == N, -1, first), mask=every)
+        key = tl.where(child, parent * NP + i, NP * NP + i)  # non-children sort last
+        key = tl.sort(key)
+        tl.store(keys_ptr + b * (NP + 1) + i, key)
+        tl.store(keys_ptr + b * (NP + 1) + NP, NP * NP * 2)
+        tl.debug_barrier()
+        nxt = tl.load(keys_ptr + b * (NP + 1) + i + 1)
+        node = key % NP
+        same = (key < NP * NP) & (nxt < NP * NP) & (key // NP == nxt // NP)
+        tl.store(sibling_out + b * N + node, tl.where(same, nxt % NP, -1).to(tl.int64), mask=node < N)

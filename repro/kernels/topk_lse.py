@@ -47,6 +47,7 @@ class TopKConfig:
     gather: int = 2048  # tokens per candidate-gather step of the select kernel
     scan_block: int = 8192  # group keys the select kernel holds in registers (power of two)
     bisect_unroll: int = 16  # unroll factor of the 16-step threshold search (16: fully, 1: a loop)
+    select_maxnreg: int = 0  # register cap per select thread (0: the compiler's choice); lower fits more rows per SM
 
     def __post_init__(self) -> None:
         for name in ("tile", "scan_block", "gather", "min_cap"):
@@ -62,6 +63,8 @@ class TopKConfig:
         for name in ("stream_warps", "select_warps"):
             if getattr(self, name) not in (1, 2, 4, 8, 16):
                 raise ValueError(f"TopKConfig.{name} must be 1, 2, 4, 8 or 16 (got {getattr(self, name)})")
+        if self.select_maxnreg and not 32 <= self.select_maxnreg <= 255:
+            raise ValueError(f"TopKConfig.select_maxnreg must be 0 or in [32, 255] (got {self.select_maxnreg})")
         if self.programs < 1:
             raise ValueError(f"TopKConfig.programs must be >= 1 (got {self.programs})")
 
@@ -85,6 +88,7 @@ class Plan:
     bisect_unroll: int
     stream_warps: int
     select_warps: int
+    select_maxnreg: int
 
 
 def _pow2_ceil(n: int) -> int:
@@ -120,6 +124,7 @@ def make_plan(rows: int, vocab: int, k: int, config: TopKConfig) -> Plan:
         bisect_unroll=config.bisect_unroll,
         stream_warps=config.stream_warps,
         select_warps=config.select_warps,
+        select_maxnreg=config.select_maxnreg,
     )
 
 
@@ -194,7 +199,7 @@ def prepare(
                 x2, x2.stride(0), vocab, p.groups, p.splits, k, id_offset,
                 gkeys, parts, gidx, cand, logits, ids, lse,
                 MB=p.scan_block, G=p.group, GT=p.gather_groups, K_P=p.k_pow2, CAP=p.cap, UNROLL=p.bisect_unroll,
-                num_warps=p.select_warps,
+                num_warps=p.select_warps, **({"maxnreg": p.select_maxnreg} if p.select_maxnreg else {}),
             )
 
     return launch_stream, launch_select, (logits.view(*lead, k), ids.view(*lead, k), lse.view(lead))

@@ -25,6 +25,11 @@ MAX_BUDGET = 256
 in registers (2048 at B = 256); larger budgets use ``build_trees_from_topk``."""
 
 
+VERIFY_ROWS_PER_PROGRAM = 32
+"""Verify-tensor rows per program (power of two): a request's rows spread over ceil(N / 32)
+programs, so bs 32 at B 256 fills the GPU instead of 32 of its SMs."""
+
+
 def _pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
@@ -99,6 +104,7 @@ def build_trees_fused(
         torch.empty(bs * depth * fp, **f64), torch.empty(bs * depth * fp, **f64), torch.empty(bs * depth * fp, **i64),
         torch.empty(bs * depth * fp, **i64), torch.empty(bs * depth * fp, **i64), torch.empty(bs * depth * fp, **i32),
         torch.empty(bs * depth * fp, **i32), torch.empty(bs * (1 << log_u), **i32),
+        torch.empty(bs * fp, **f64), torch.empty(bs * fp, **i64), torch.empty(bs * fp, **i32),  # compaction
     )
     n = budget + 1
     tokens, parents, depths = (torch.empty(bs, n, **i64) for _ in range(3))
@@ -130,10 +136,11 @@ def verify_tensors_fused(
     anc = torch.empty(bs, n, n, dtype=torch.bool, device=dev)
     full = torch.ones(n * prefix_lens_sum + bs * n * n, dtype=torch.bool, device=dev)
     keys = torch.empty(bs * (np_ + 1), **i64)
-    _verify_kernel()[(bs,)](
+    rb = min(np_, VERIFY_ROWS_PER_PROGRAM)
+    _verify_kernel()[(bs, -(-n // rb))](
         tree.tokens.contiguous(), tree.parents.contiguous(), tree.depths.contiguous(), lens, bs,
         min(tree.horizon, tree.budget), pad_token, ids, pos, anc, full, index, first, sibling, keys,
-        N=n, NP=np_, BS_P=min(_pow2(bs), 1024), ROWS=max(1, 4096 // np_), num_warps=num_warps,
+        N=n, NP=np_, BS_P=min(_pow2(bs), 1024), ROWS=min(rb, max(1, 4096 // np_)), RB=rb, num_warps=num_warps,
     )
     view = lambda t: t.view(bs, n)  # noqa: E731
     return VerifyTensors(ids, pos, anc, full, view(index), view(first), view(sibling))

@@ -149,21 +149,28 @@ def sweep_stages() -> list[list[dict]]:
     """Tunable sets tried in order; each stage varies a few fields around the best so far."""
     stream = [{"tile": t, "stream_warps": w, "programs": p}
               for t in (2048, 4096, 8192, 16384) for w in (4, 8, 16) for p in (256, 1024, 4096)]
-    select = [{"select_warps": w, "gather": g, "bisect_unroll": u}
-              for w, g in ((2, 1024), (2, 2048), (4, 1024), (4, 2048), (4, 4096), (8, 2048), (8, 4096), (8, 8192),
-                           (16, 2048), (16, 4096))
-              for u in (16, 1)]
+    select = [{"select_warps": w, "gather": g, "bisect_unroll": u, "select_maxnreg": r}
+              for w, g, r in ((4, 2048, 0), (4, 2048, 128), (8, 2048, 0), (8, 2048, 128))
+              for u in (16, 1)]  # 2 and 16 warps, other gathers: slower on the H200 (docs/perf/sweep_select_*)
     keys = [{"group": g, "scan_block": b} for g, b in ((16, 16384), (32, 2048), (32, 8192), (64, 1024), (64, 4096))]
     return [stream, select, keys]
 
 
-def sweep(bss: list[int], dtype: torch.dtype, reps: int) -> dict:
-    """Stage-wise search of TopKConfig at V 163840, K 256: minimise max over bs of time/target."""
+SWEEP_STAGES = ("stream", "select", "keys")
+
+
+def sweep(bss: list[int], dtype: torch.dtype, reps: int, stages: tuple[str, ...] = SWEEP_STAGES) -> dict:
+    """Stage-wise search of TopKConfig at V 163840, K 256: minimise max over bs of time/target.
+
+    ``stages`` names the stages of ``sweep_stages`` to run (in their order); the others keep the
+    defaults."""
     inputs = {bs: make_inputs(bs, TARGET_VOCAB, dtype, "random", seed=bs) for bs in bss}
     refs = {bs: reference(inputs[bs][0], TARGET_K) for bs in bss}
     best, trials = TopKConfig(), []
     best_score = float("inf")
     for stage, variants in enumerate(sweep_stages()):
+        if SWEEP_STAGES[stage] not in stages:
+            continue
         base = best
         for fields in variants:
             trial = {"stage": stage, "config": {**dataclasses.asdict(base), **fields}, "us": {}}
@@ -218,10 +225,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
     p.add_argument("--kind", default="random", help="input rows (verify.kernel_cases.KINDS)")
     p.add_argument("--sweep", action="store_true", help="tune TopKConfig first and use the best")
+    p.add_argument("--stages", default=",".join(SWEEP_STAGES),
+                   help=f"with --sweep: comma-separated stages to search (of {','.join(SWEEP_STAGES)})")
     p.add_argument("--adversarial", action="store_true", help="add slow-path rows at bs 8, K 256")
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--out", type=Path, default=Path("results/bench_topk.json"))
     args = p.parse_args(argv)
+    stages = tuple(s for s in args.stages.split(",") if s)
+    if not stages or set(stages) - set(SWEEP_STAGES):
+        p.error(f"--stages takes a comma-separated subset of {','.join(SWEEP_STAGES)} (got {args.stages!r})")
     if not torch.cuda.is_available():
         print("bench_topk: needs a CUDA GPU (got none)", file=sys.stderr)
         return 2
@@ -239,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     config = None
     if args.sweep:
-        result["sweep"] = sweep(args.bs, dtype, args.reps)
+        result["sweep"] = sweep(args.bs, dtype, args.reps, stages)
         config = TopKConfig(**result["sweep"]["best"])
         args.out.write_text(json.dumps(result, indent=1) + "\n")
     result["config"] = dataclasses.asdict(config or TopKConfig())

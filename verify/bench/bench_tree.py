@@ -75,11 +75,26 @@ def time_host(fn: Callable[[], object], iters: int) -> float:
     return statistics.median(samples)
 
 
-def bench_one(bs: int, horizon: int, vocab: int, budget: int, iters: int, device: str,
-              tree_warps: tuple[int, ...] = ()) -> dict:
-    """All timings for one shape (``tree_warps``: extra warp counts to time the tree kernel at)."""
+DISTRIBUTIONS = ("randn", "peaked")
+"""Drafter logits: ``randn`` (N(0, 1): a flat, unsure drafter, so the best nodes sit near the
+root) or ``peaked`` (one token per position 14 above N(0, 1), about 80 % likely: a confident
+drafter, so the best nodes run deep and every depth of the tree has work)."""
+
+
+def draft_logits(bs: int, horizon: int, vocab: int, dist: str, device: str) -> torch.Tensor:
+    """Seeded bf16 drafter logits [bs, horizon, vocab] of one of ``DISTRIBUTIONS``."""
     g = torch.Generator(device=device).manual_seed(0)
-    logits = torch.randn(bs, horizon, vocab, device=device, generator=g).to(torch.bfloat16)
+    x = torch.randn(bs, horizon, vocab, device=device, generator=g)
+    if dist == "peaked":
+        hot = torch.randint(0, vocab, (bs, horizon, 1), device=device, generator=g)
+        x.scatter_add_(2, hot, torch.full(hot.shape, 14.0, device=device))
+    return x.to(torch.bfloat16)
+
+
+def bench_one(bs: int, horizon: int, vocab: int, budget: int, iters: int, device: str,
+              tree_warps: tuple[int, ...] = (), dist: str = "randn") -> dict:
+    """All timings for one shape (``tree_warps``: extra warp counts to time the tree kernel at)."""
+    logits = draft_logits(bs, horizon, vocab, dist, device)
     roots = torch.zeros(bs, dtype=torch.int64, device=device)
     lens = torch.full((bs,), 1000, device=device)
     lens_sum = 1000 * bs
@@ -101,7 +116,8 @@ def bench_one(bs: int, horizon: int, vocab: int, budget: int, iters: int, device
         "tree_from_topk": lambda: build_trees_from_topk(topk, budget, roots),
         "verify_tensors": lambda: verify_tensors(tree, lens, lens_sum),
     }
-    row = {"bs": bs, "horizon": horizon, "vocab": vocab, "budget": budget}
+    row = {"bs": bs, "horizon": horizon, "vocab": vocab, "budget": budget, "dist": dist,
+           "tree_depth": int(tree.depths.max())}
     row["reference_us"] = time_host(reference, max(1, iters // 10))
     row["batched_eager_us"] = time_events(whole, iters)
     if device == "cuda":
@@ -157,15 +173,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--iters", type=int, default=50)
     p.add_argument("--tree-warps", type=int, nargs="*", default=[], choices=(1, 2, 4, 16, 32),
                    help="also time the fused tree kernel at these warp counts (default: 8 only)")
+    p.add_argument("--dist", nargs="+", default=["randn"], choices=DISTRIBUTIONS,
+                   help="drafter logit distributions to time (see DISTRIBUTIONS)")
     p.add_argument("--out", type=Path, default=Path("results/bench_tree.json"))
     args = p.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     rows = []
-    for bs in args.bs:
-        for budget in args.budget:
-            row = bench_one(bs, args.horizon, args.vocab, budget, args.iters, device, tuple(args.tree_warps))
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+    for dist in args.dist:
+        for bs in args.bs:
+            for budget in args.budget:
+                row = bench_one(bs, args.horizon, args.vocab, budget, args.iters, device, tuple(args.tree_warps), dist)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
     result = {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "commit": _revision(),

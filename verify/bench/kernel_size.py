@@ -29,14 +29,16 @@ POINTER_TYPES = {
     "fx_ptr": "*fp64", "fscore_ptr": "*fp64", "flex_ptr": "*i64", "fbits_ptr": "*i64", "fprod_ptr": "*i64",
     "frank_ptr": "*i32", "fslot_ptr": "*i32", "inv_ptr": "*i32", "tokens_ptr": "*i64", "parents_ptr": "*i64",
     "depths_ptr": "*i64", "scores_ptr": "*fp64", "nodes_ptr": "*i64",
+    "cs_ptr": "*fp64", "cl_ptr": "*i64", "ci_ptr": "*i32",
 }
 """Pointer arguments of the kernels by name (bf16 drafter logits); other arguments are i32."""
 
 
-def _compile(fn, constants: dict[str, int], values: dict[str, int], num_warps: int, arch: int) -> bytes:
+def _compile(fn, constants: dict[str, int], values: dict[str, int], num_warps: int, arch: int, maxnreg: int = 0) -> bytes:
     """The cubin of triton function ``fn`` for sm_``arch``, specialised as the JIT would be at run
     time: ``constants`` as constexprs, pointers 16-byte aligned, and each int of ``values`` that is
-    a multiple of 16 marked so (unless the kernel opts out with ``do_not_specialize``)."""
+    a multiple of 16 marked so (unless the kernel opts out with ``do_not_specialize``); ``maxnreg``
+    caps registers per thread (0: no cap)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -49,7 +51,7 @@ def _compile(fn, constants: dict[str, int], values: dict[str, int], num_warps: i
     source = ASTSource(fn=fn, signature=signature,
                        constexprs={(names.index(n),): v for n, v in constants.items()},
                        attrs={(names.index(n),): [["tt.divisibility", 16]] for n in aligned})
-    return triton.compile(source, target=GPUTarget("cuda", arch, 32), options={"num_warps": num_warps}).asm["cubin"]
+    return triton.compile(source, target=GPUTarget("cuda", arch, 32), options={"num_warps": num_warps, **({"maxnreg": maxnreg} if maxnreg else {})}).asm["cubin"]
 
 
 def _cuobjdump() -> Path:
@@ -80,7 +82,8 @@ def topk_kernel_sizes(rows: int, vocab: int, k: int, config, arch: int = 90) -> 
     values = {"stride_row": vocab, "V": vocab, "M": p.groups, "chunk": p.chunk, "S": p.splits, "K": k, "id_offset": 0}
     stream = _compile(kern.stream_kernel, {"TG": p.tile // p.group, "G": p.group}, values, p.stream_warps, arch)
     select = _compile(kern.select_kernel, {"MB": p.scan_block, "G": p.group, "GT": p.gather_groups, "K_P": p.k_pow2,
-                                           "CAP": p.cap, "UNROLL": p.bisect_unroll}, values, p.select_warps, arch)
+                                           "CAP": p.cap, "UNROLL": p.bisect_unroll}, values, p.select_warps, arch,
+                      p.select_maxnreg)
     return {"stream_kernel": cubin_size(stream), "select_kernel": cubin_size(select)}
 
 

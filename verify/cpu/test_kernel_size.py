@@ -28,6 +28,17 @@ def test_loop_threshold_search_shrinks_the_select_kernel(capsys):
     assert loop["stream_kernel"] == unrolled["stream_kernel"]
 
 
+def test_register_cap_reaches_the_select_compile(capsys):
+    """select_maxnreg=64 compiles the select kernel within 64 registers per thread; the stream
+    kernel is untouched."""
+    assert kernel_size.main(["--set", "select_maxnreg=64"]) == 0
+    capped = json.loads(capsys.readouterr().out)
+    assert kernel_size.main([]) == 0
+    free = json.loads(capsys.readouterr().out)
+    assert capped["select_kernel"]["reg"] <= 64 < free["select_kernel"]["reg"]
+    assert capped["stream_kernel"] == free["stream_kernel"]
+
+
 @pytest.mark.parametrize(("setting", "message"), [
     ("bisect_unroll", "--set takes NAME=INT"),
     ("speed=3", "--set NAME must be a TopKConfig field"),

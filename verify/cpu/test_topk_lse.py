@@ -134,6 +134,8 @@ class TestArguments:
             TopKConfig(tile=3000)
         with pytest.raises(ValueError, match=r"TopKConfig.bisect_unroll must be 1, 2, 4, 8 or 16 \(got 3\)"):
             TopKConfig(bisect_unroll=3)
+        with pytest.raises(ValueError, match=r"TopKConfig.select_maxnreg must be 0 or in \[32, 255\] \(got 16\)"):
+            TopKConfig(select_maxnreg=16)
 
     @pytest.mark.skipif(NO_TRITON, reason="triton is not installed")
     def test_cpu_tensor_without_interpreter_is_an_error(self):

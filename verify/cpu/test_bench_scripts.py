@@ -1,0 +1,29 @@
+"""CPU checks of the GPU bench scripts' inputs and arguments (verify/bench/bench_topk.py,
+verify/bench/bench_tree.py); their timings run on the GPU machine only."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from verify.bench import bench_topk, bench_tree
+
+
+@pytest.mark.parametrize("stages", ["select,bogus", ","])
+def test_unknown_sweep_stage_is_a_usage_error(capsys, stages):
+    """--stages outside stream/select/keys exits 2 with one line naming the choices, before any GPU check."""
+    with pytest.raises(SystemExit) as exc:
+        bench_topk.main(["--sweep", "--stages", stages])
+    assert exc.value.code == 2
+    assert "--stages takes a comma-separated subset of stream,select,keys" in capsys.readouterr().err
+
+
+def test_peaked_drafter_is_confident_and_randn_is_not():
+    """``peaked`` rows put about 80 % on one token (so the tree runs deep); ``randn`` rows put
+    under 1 % anywhere; both are seeded and bf16."""
+    probs = {d: bench_tree.draft_logits(2, 3, 163840, d, "cpu").float().softmax(-1) for d in bench_tree.DISTRIBUTIONS}
+    top = {d: p.max(-1).values for d, p in probs.items()}
+    assert ((top["peaked"] > 0.6) & (top["peaked"] < 0.95)).all()
+    assert (top["randn"] < 0.01).all()
+    assert torch.equal(bench_tree.draft_logits(1, 2, 1000, "peaked", "cpu"), bench_tree.draft_logits(1, 2, 1000, "peaked", "cpu"))
+    assert bench_tree.draft_logits(1, 2, 1000, "randn", "cpu").dtype == torch.bfloat16
