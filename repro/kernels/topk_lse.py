@@ -33,6 +33,11 @@ measured worst case (``lse_max_ulps``)."""
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
+SELECT_WIDE_ROWS = 256
+"""From this many rows on, the auto select kernel runs 4 warps instead of 8. Measured on the H200
+(docs/PERFORMANCE.md, session 4): 8 warps faster at 15 and 120 rows, 4 warps at 480 and 960."""
+
+
 @dataclasses.dataclass(frozen=True)
 class TopKConfig:
     """Kernel tunables; ``verify/bench/bench_topk.py --sweep`` measures alternatives."""
@@ -40,14 +45,14 @@ class TopKConfig:
     tile: int = 4096  # tokens per stream-kernel step (power of two, >= group)
     programs: int = 1024  # target stream-kernel programs (rows x splits): fills the GPU at bs 1
     stream_warps: int = 8
-    select_warps: int = 8
+    select_warps: int = 0  # 0 = auto: 8 below SELECT_WIDE_ROWS rows (latency-bound), else 4 (more rows per SM)
     group: int = 0  # tokens per group key; 0 = auto (32, smaller when V is small against k)
     cap_mult: int = 2  # candidate buffer = max(cap_mult * next_pow2(k), min_cap) keys per row
     min_cap: int = 128
     gather: int = 2048  # tokens per candidate-gather step of the select kernel
     scan_block: int = 8192  # group keys the select kernel holds in registers (power of two)
-    bisect_unroll: int = 16  # unroll factor of the 16-step threshold search (16: fully, 1: a loop)
-    select_maxnreg: int = 0  # register cap per select thread (0: the compiler's choice); lower fits more rows per SM
+    bisect_unroll: int = 1  # unroll factor of the 16-step threshold search (16: fully, 1: a loop)
+    select_maxnreg: int = 128  # register cap per select thread (0: the compiler's choice); lower fits more rows per SM
 
     def __post_init__(self) -> None:
         for name in ("tile", "scan_block", "gather", "min_cap"):
@@ -60,9 +65,10 @@ class TopKConfig:
             raise ValueError(f"TopKConfig.bisect_unroll must be 1, 2, 4, 8 or 16 (got {self.bisect_unroll})")
         if self.cap_mult not in (2, 4, 8):
             raise ValueError(f"TopKConfig.cap_mult must be 2, 4 or 8 (got {self.cap_mult})")
-        for name in ("stream_warps", "select_warps"):
-            if getattr(self, name) not in (1, 2, 4, 8, 16):
-                raise ValueError(f"TopKConfig.{name} must be 1, 2, 4, 8 or 16 (got {getattr(self, name)})")
+        if self.stream_warps not in (1, 2, 4, 8, 16):
+            raise ValueError(f"TopKConfig.stream_warps must be 1, 2, 4, 8 or 16 (got {self.stream_warps})")
+        if self.select_warps not in (0, 1, 2, 4, 8, 16):
+            raise ValueError(f"TopKConfig.select_warps must be 0 (auto), 1, 2, 4, 8 or 16 (got {self.select_warps})")
         if self.select_maxnreg and not 32 <= self.select_maxnreg <= 255:
             raise ValueError(f"TopKConfig.select_maxnreg must be 0 or in [32, 255] (got {self.select_maxnreg})")
         if self.programs < 1:
@@ -123,7 +129,7 @@ def make_plan(rows: int, vocab: int, k: int, config: TopKConfig) -> Plan:
         scan_block=min(config.scan_block, _pow2_ceil(groups)),
         bisect_unroll=config.bisect_unroll,
         stream_warps=config.stream_warps,
-        select_warps=config.select_warps,
+        select_warps=config.select_warps or (8 if rows < SELECT_WIDE_ROWS else 4),
         select_maxnreg=config.select_maxnreg,
     )
 

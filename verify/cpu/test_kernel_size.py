@@ -14,10 +14,10 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reas
 
 def test_loop_threshold_search_shrinks_the_select_kernel(capsys):
     """At the deployment shape the select kernel compiles for sm_90 without spills, and the
-    threshold search as a loop (bisect_unroll=1) is a smaller program than fully unrolled."""
-    assert kernel_size.main(["--set", "bisect_unroll=1"]) == 0
-    loop = json.loads(capsys.readouterr().out)
+    threshold search as a loop (bisect_unroll=1, the default) is a smaller program than fully unrolled."""
     assert kernel_size.main([]) == 0
+    loop = json.loads(capsys.readouterr().out)
+    assert kernel_size.main(["--set", "bisect_unroll=16"]) == 0
     unrolled = json.loads(capsys.readouterr().out)
     for sizes in (loop, unrolled):
         assert sizes["arch"] == "sm_90"
@@ -29,11 +29,11 @@ def test_loop_threshold_search_shrinks_the_select_kernel(capsys):
 
 
 def test_register_cap_reaches_the_select_compile(capsys):
-    """select_maxnreg=64 compiles the select kernel within 64 registers per thread; the stream
-    kernel is untouched."""
+    """select_maxnreg=64 compiles the select kernel within 64 registers per thread (0 leaves the
+    compiler free to use more); the stream kernel is untouched."""
     assert kernel_size.main(["--set", "select_maxnreg=64"]) == 0
     capped = json.loads(capsys.readouterr().out)
-    assert kernel_size.main([]) == 0
+    assert kernel_size.main(["--set", "select_maxnreg=0"]) == 0
     free = json.loads(capsys.readouterr().out)
     assert capped["select_kernel"]["reg"] <= 64 < free["select_kernel"]["reg"]
     assert capped["stream_kernel"] == free["stream_kernel"]

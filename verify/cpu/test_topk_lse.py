@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from repro.kernels.topk_lse import MAX_K, TopKConfig, make_plan, topk_lse
+from repro.kernels.topk_lse import MAX_K, SELECT_WIDE_ROWS, TopKConfig, make_plan, topk_lse
 from verify.kernel_cases import assert_exact, make_logits
 
 REPO = Path(__file__).resolve().parents[2]
@@ -100,6 +100,16 @@ class TestMakePlan:
         """At bs 1 (15 rows of V 163840) the stream kernel still launches over 132 programs."""
         p = make_plan(15, 163840, 256, TopKConfig())
         assert p.rows * p.splits > 132
+
+    def test_auto_select_warps_follow_the_row_count(self):
+        """The default select kernel runs 8 warps up to SELECT_WIDE_ROWS rows and 4 from there
+        (the H200 sweep's winners at bs 1/8 and 32/64); an explicit count is kept."""
+        assert make_plan(120, 163840, 256, TopKConfig()).select_warps == 8
+        assert make_plan(SELECT_WIDE_ROWS - 1, 163840, 256, TopKConfig()).select_warps == 8
+        assert make_plan(SELECT_WIDE_ROWS, 163840, 256, TopKConfig()).select_warps == 4
+        assert make_plan(15, 163840, 256, TopKConfig(select_warps=16)).select_warps == 16
+        with pytest.raises(ValueError, match=r"TopKConfig.select_warps must be 0 \(auto\), 1, 2, 4, 8 or 16 \(got 3\)"):
+            TopKConfig(select_warps=3)
 
     def test_groups_shrink_when_vocab_is_small_against_k(self):
         """At V 4096 and k 1024 every token is its own group, so the key threshold stays tight."""
