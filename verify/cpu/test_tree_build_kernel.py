@@ -28,6 +28,9 @@ for i in range(12):  # ties, random and flat rows; budgets past V pad the tree
     x = [torch.randint(-2, 3, (2, L, V), generator=g).float(), torch.randn(2, L, V, generator=g), torch.zeros(2, L, V)][i % 3]
     cases.append((x, B))
 cases.append((torch.tensor([[[0.0, 0.0], [200.0, 0.0]]]), 4))  # certain token: prefix before extension
+for budget in (64, 200):  # confident drafter, deep trees: pruned, compacted and full-width depths
+    x = torch.randn(2, 6, 600, generator=g) + 9 * (torch.rand(2, 6, 600, generator=g) > 0.995)
+    cases.append((x.to(torch.bfloat16).float(), budget))
 for x, budget in cases:
     topk = topk_logprobs(x, max(1, min(budget, x.shape[-1])))
     block = torch.full((x.shape[0], 4), 99)
@@ -48,12 +51,13 @@ print(f"{len(cases)} cases equal")
 
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
 def test_fused_kernels_equal_the_torch_path_under_the_interpreter():
-    """Worked example, 12 seeded ties/random/flat cases and a certain-token case: trees and verify tensors (FULL mask sized exactly and by an upper bound) match exactly, with strided roots and
-    prefix lengths."""
+    """Worked example, 12 seeded ties/random/flat cases, a certain-token case and two deep trees
+    at B 64 / 200 (depths that prune, compact or sort every pair): trees and verify tensors (FULL
+    mask sized exactly and by an upper bound) match exactly, with strided roots and prefix lengths."""
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO)}
     proc = subprocess.run([sys.executable, "-c", SCRIPT], cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "16 cases equal" in proc.stdout
+    assert "18 cases equal" in proc.stdout
 
 
 def test_budget_limit_is_a_clear_error():

@@ -2,7 +2,7 @@
 # Device run for the fused top-K + lse kernel (issue 6, item 1). From the repository root:
 #
 #   bash verify/device/kernels.sh tests   # GPU correctness tests + pytest-benchmark smoke  (~3-5 min)
-#   bash verify/device/kernels.sh sweep   # tunable sweep, then the full JSON table         (~4-7 min)
+#   bash verify/device/kernels.sh sweep   # select + key-size sweep, then the full JSON table (~5-8 min)
 #   bash verify/device/kernels.sh bench   # the full JSON table with the default config     (~2-3 min)
 #   bash verify/device/kernels.sh profile # Nsight Compute: top-K kernels at bs 1, 8, 64, tree and
 #                                         # verify kernels at bs 32, B 64 and 256             (~3 min)
@@ -33,7 +33,7 @@ tests)
   ;;
 sweep | bench)
   args=(--adversarial)
-  [[ $phase == sweep ]] && args+=(--sweep)
+  [[ $phase == sweep ]] && args+=(--sweep --stages "${SWEEP_STAGES:-select,keys}")  # stream: SWEEP_STAGES=stream (36 variants, ~10 min)
   timeout 570 "$PY" -m verify.bench.bench_topk "${args[@]}" --out "$OUT/bench_topk.json" 2>&1 | tee "$OUT/bench.log"
   rc=${PIPESTATUS[0]}
   ;;
