@@ -6,7 +6,8 @@ order): it runs the same per-depth frontier algorithm (see ``repro/ddtree/tree.p
 request's frontiers, sorts and merges stay inside one program, so a round costs one launch
 instead of hundreds of small kernels. Candidates that score below the best ``B`` found so far
 (less a rounding margin) are dropped, and the search ends at the first depth with none left.
-No host synchronisation; capturable in a CUDA graph at fixed (bs, B). Triton is imported on the first call; ``TRITON_INTERPRET=1`` runs it on CPU.
+No host synchronisation; capturable in a CUDA graph at fixed (bs, B). Triton is imported on the
+first call; ``TRITON_INTERPRET=1`` runs it on CPU.
 
 Sorting uses a bitonic network over (score desc, rank-tuple code asc) pairs carrying a payload
 index; candidate sets are padded to powers of two with entries that sort last.
