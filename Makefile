@@ -18,7 +18,8 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)  ## embedded end-to-end DDTree decode on a toy target + drafter (CPU, no download)
 	$(VENV)/bin/repro demo
 
-test: $(STAMP)  ## the verify suite: every tier this machine supports, the rest skip with a reason
+test: $(STAMP)  ## ruff, then the verify suite: every tier this machine supports, the rest skip with a reason
+	$(PY) -m ruff check repro verify
 	HYPOTHESIS_PROFILE=ci $(PY) -m pytest verify --benchmark-skip -q
 
 # Every tier this machine supports (tests, then benchmarks: micro, and live ones when GPUs, SGLang
@@ -41,4 +42,4 @@ golden-check: $(STAMP)
 	$(VENV)/bin/repro golden check
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis .benchmarks
+	rm -rf $(VENV) .pytest_cache .hypothesis .benchmarks .ruff_cache

@@ -24,4 +24,6 @@ in
   '';
   # The golden tensors match their manifest hashes.
   golden = inSource "golden" "repro golden check";
+  # The lint gate of `make test`: ruff at uv.lock's version with pyproject's rules (select = ALL).
+  ruff = inSource "ruff" "ruff check --no-cache repro verify";
 }

@@ -24,8 +24,7 @@ from repro import gpuinfo
 from repro.errors import ReproError, UsageError
 from repro.profiles import ALGORITHMS, Profile, load_profiles, model_path, models_dir
 from repro.prompts import PromptSet, load_prompts, request_input, vocab_size
-from repro.results import (HEADERS, Cell, ResultsWriter, finished, format_table, read_records,
-                           summarize, table_rows)
+from repro.results import HEADERS, Cell, ResultsWriter, finished, format_table, read_records, summarize, table_rows
 from repro.sglang_client import Client
 from repro.sglang_server import SGLangServer, free_port, sigterm_as_interrupt
 from repro.stack import fingerprint
@@ -45,11 +44,13 @@ def _algorithms(text: str) -> list[str]:
     names = [v.strip().upper() for v in text.split(",") if v.strip()]
     bad = [n for n in names if n not in ALGORITHMS]
     if bad or not names:
-        raise argparse.ArgumentTypeError(f"must be a comma list of {', '.join(ALGORITHMS)}")
+        msg = f"must be a comma list of {', '.join(ALGORITHMS)}"
+        raise argparse.ArgumentTypeError(msg)
     return names
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``repro bench``."""
     parser.add_argument("profiles", nargs="+", metavar="PROFILE", help="profile names")
     parser.add_argument("--algorithms", type=_algorithms, default=list(ALGORITHMS),
                         help="comma list (default AR,DFLASH,DDTREE)")
@@ -84,18 +85,26 @@ def _check(args: argparse.Namespace) -> None:
                 "--max-prompt-tokens": args.max_prompt_tokens}
     for flag, value in positive.items():
         if value < 1:
-            raise UsageError(f"{flag} must be >= 1 (got {value})")
+            msg = f"{flag} must be >= 1 (got {value})"
+            raise UsageError(msg)
     if not args.concurrency or min(args.concurrency) < 1:
-        raise UsageError(f"--concurrency must list integers >= 1 (got {args.concurrency})")
+        msg = f"--concurrency must list integers >= 1 (got {args.concurrency})"
+        raise UsageError(msg)
     if max(args.concurrency) > args.num_prompts:
-        raise UsageError(f"--num-prompts must be >= the largest --concurrency "
-                         f"({max(args.concurrency)}) (got {args.num_prompts})")
+        msg = (
+            f"--num-prompts must be >= the largest --concurrency "
+            f"({max(args.concurrency)}) (got {args.num_prompts})"
+        )
+        raise UsageError(msg)
     if any(t < 0 for t in args.temperatures) or not args.temperatures:
-        raise UsageError(f"--temperatures must list values >= 0 (got {args.temperatures})")
+        msg = f"--temperatures must list values >= 0 (got {args.temperatures})"
+        raise UsageError(msg)
     if any(b < 0 for b in args.budgets):
-        raise UsageError(f"--budgets must list integers >= 0 (got {args.budgets})")
+        msg = f"--budgets must list integers >= 0 (got {args.budgets})"
+        raise UsageError(msg)
     if args.url and len(args.profiles) != 1:
-        raise UsageError(f"--url takes exactly one PROFILE (got {len(args.profiles)})")
+        msg = f"--url takes exactly one PROFILE (got {len(args.profiles)})"
+        raise UsageError(msg)
 
 
 def _variants(profile: Profile, algorithms: list[str], budgets: list[int]) -> list[Profile]:
@@ -106,7 +115,8 @@ def _variants(profile: Profile, algorithms: list[str], budgets: list[int]) -> li
             out.append(profile.with_algorithm(algorithm))
             continue
         if not budgets and profile.budget is None:
-            raise UsageError(f"--budgets is needed: profile {profile.name!r} sets no budget")
+            msg = f"--budgets is needed: profile {profile.name!r} sets no budget"
+            raise UsageError(msg)
         out += [profile.with_algorithm("DDTREE", b) for b in budgets or [profile.budget]]
     return out
 
@@ -115,7 +125,8 @@ def _from_server_info(profile: Profile, info: dict[str, Any]) -> Profile:
     """The profile as the running server actually serves it."""
     algorithm = (info.get("speculative_algorithm") or "AR").upper()
     if algorithm not in ALGORITHMS:
-        raise ReproError(f"the server at --url runs {algorithm}, not one of {', '.join(ALGORITHMS)}")
+        msg = f"the server at --url runs {algorithm}, not one of {', '.join(ALGORITHMS)}"
+        raise ReproError(msg)
     return profile.with_algorithm(algorithm, info.get("speculative_ddtree_budget"))
 
 
@@ -128,6 +139,7 @@ class Progress:
         self.shown = -1
 
     def step(self, label: str) -> None:
+        """Count one finished request of ``label`` and redraw the bar."""
         with self.lock:
             self.done += 1
             frac = self.done / max(self.total, 1)
@@ -140,6 +152,7 @@ class Progress:
             sys.stderr.flush()
 
     def close(self) -> None:
+        """End the bar's line on a terminal."""
         if self.tty:
             sys.stderr.write("\n")
 
@@ -157,7 +170,7 @@ class Runner:
         """True when less than ``margin`` seconds are left before the time limit."""
         return self.deadline is not None and time.monotonic() + margin > self.deadline
 
-    def run_cell(self, client: Client, cell: Cell, indices: list[int],
+    def run_cell(self, client: Client, cell: Cell, indices: list[int],  # noqa: C901 - one cell, start to finish
                  payload: Callable[[int, float], dict[str, Any]],
                  server: SGLangServer | None) -> None:
         """Run ``indices`` of ``cell`` with ``cell.concurrency`` closed-loop clients."""
@@ -203,11 +216,14 @@ class Runner:
             index, exc = errors[0]
             what = f"request {index} of {cell.label} c={cell.concurrency}"
             if server is None:
-                raise ReproError(f"{what} failed: {exc}")
+                msg = f"{what} failed: {exc}"
+                raise ReproError(msg)
             code = server.wait_exit(5.0)
             if code is not None:
-                raise server.failure(f"exited with code {code} during {what}")
-            raise server.failure(f"failed {what}: {exc}")
+                msg = f"exited with code {code} during {what}"
+                raise server.failure(msg)
+            msg = f"failed {what}: {exc}"
+            raise server.failure(msg)
 
 
 def _payload_builder(prompt_set: PromptSet, profile: Profile, root: Path,
@@ -239,11 +255,13 @@ def _run_record(session: str, profiles: list[Profile]) -> dict[str, Any]:
 
 
 def main(args: argparse.Namespace) -> int:
+    """Run every missing cell of every profile; print the summary table."""
     _check(args)
     known = load_profiles(args.profile_file)
     missing = [name for name in args.profiles if name not in known]
     if missing:
-        raise UsageError(f"PROFILE must be one of {', '.join(known)} (got {missing[0]!r})")
+        msg = f"PROFILE must be one of {', '.join(known)} (got {missing[0]!r})"
+        raise UsageError(msg)
     profiles = [known[name] for name in args.profiles]
     root = models_dir(args.models_dir)
     prompt_set = load_prompts(args.prompts)
@@ -303,7 +321,7 @@ def _warm_up(client: Client, payload: Callable[..., dict[str, Any]], rounds: int
                 try:
                     client.generate(payload(first + i, 0.0, 16))
                 except ReproError as exc:
-                    errors.append(exc)
+                    errors.append(exc)  # noqa: B023 - the threads are joined within this iteration
 
             threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(width)]
             for t in threads:
@@ -331,7 +349,8 @@ def _bench_server(runner: Runner, profile: Profile, root: Path, prompt_set: Prom
         try:
             _warm_up(server.client, payload, args.warmup, args.concurrency, args.num_prompts)
         except ReproError as exc:
-            raise server.failure(f"failed its warm-up request: {exc}") from None
+            msg = f"failed its warm-up request: {exc}"
+            raise server.failure(msg) from None
         for cell, indices in todo.items():
             if indices and not runner.stopped:
                 runner.run_cell(server.client, cell, indices, payload, server)

@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     selected = next((a for a in argv if not a.startswith("-")), None)
     args = build_parser(selected if selected in VERBS else None).parse_args(argv)
     try:
-        return int(args._module.main(args) or 0)
+        return int(args._module.main(args) or 0)  # noqa: SLF001 - the parser stores the verb module privately
     except (UsageError, ReproError) as exc:
         print(f"repro {args.verb}: {exc}", file=sys.stderr)
         return 2 if isinstance(exc, UsageError) else 1

@@ -32,19 +32,20 @@ def _installed_kernel_libraries() -> tuple[str, dict[str, frozenset[fatbin.CudaC
     try:
         dist = importlib.metadata.distribution("sglang-kernel")
     except importlib.metadata.PackageNotFoundError:
-        raise UsageError("no PATH given and sglang-kernel is not installed here") from None
+        msg = "no PATH given and sglang-kernel is not installed here"
+        raise UsageError(msg) from None
     site = Path(str(dist.locate_file("")))
     return f"installed sglang-kernel {dist.version}", fatbin.scan_tree(site / "sgl_kernel")
 
 
-def _rows(stack: Stack, targets: list[Target], libraries: dict[str, frozenset[fatbin.CudaCode]]) -> list[dict]:
-    rows = []
-    for target in targets:
-        for cov in fatbin.coverage(libraries, target.sgl_kernel_libs, target.capabilities):
-            rows.append({"target": target.name, "capability": format_capability(cov.capability),
-                         "library": cov.library, "present": cov.present, "sass": list(cov.sass),
-                         "ptx": list(cov.ptx), "verdict": cov.verdict})
-    return rows
+def _rows(targets: list[Target], libraries: dict[str, frozenset[fatbin.CudaCode]]) -> list[dict]:
+    return [
+        {"target": target.name, "capability": format_capability(cov.capability),
+         "library": cov.library, "present": cov.present, "sass": list(cov.sass),
+         "ptx": list(cov.ptx), "verdict": cov.verdict}
+        for target in targets
+        for cov in fatbin.coverage(libraries, target.sgl_kernel_libs, target.capabilities)
+    ]
 
 
 def _column_cell(codes: frozenset[fatbin.CudaCode], arch: str) -> str:
@@ -82,12 +83,14 @@ def main(args: argparse.Namespace) -> int:
         source, libraries = _installed_kernel_libraries()
     else:
         if not args.path.exists():
-            raise UsageError(f"PATH must be a wheel, a directory or a .so file (got {args.path}, which does not exist)")
+            msg = f"PATH must be a wheel, a directory or a .so file (got {args.path}, which does not exist)"
+            raise UsageError(msg)
         try:
             source, libraries = str(args.path), fatbin.scan(args.path)
         except ValueError as exc:
-            raise UsageError(f"{args.path}: {exc}") from None
-    rows = _rows(stack, targets, libraries)
+            msg = f"{args.path}: {exc}"
+            raise UsageError(msg) from None
+    rows = _rows(targets, libraries)
     red = [r for r in rows if r["verdict"] == "missing"]
     if args.json:
         print(json.dumps({"source": source, "ok": not red, "targets": rows, "libraries": {

@@ -9,8 +9,12 @@ from __future__ import annotations
 import argparse
 import math
 import time
+from typing import TYPE_CHECKING
 
 from repro.errors import UsageError
+
+if TYPE_CHECKING:
+    from repro.toy import ToyDrafter
 
 DEFAULT_BUDGETS = "0,1,4,16,64,256"
 
@@ -29,18 +33,23 @@ def _budgets(text: str) -> list[int]:
     try:
         budgets = [int(b) for b in text.split(",") if b.strip()]
     except ValueError:
-        raise UsageError(f"--budgets must be comma-separated integers (got {text!r})") from None
+        msg = f"--budgets must be comma-separated integers (got {text!r})"
+        raise UsageError(msg) from None
     if not budgets or min(budgets) < 0:
-        raise UsageError(f"--budgets must be integers >= 0 (got {text!r})")
+        msg = f"--budgets must be integers >= 0 (got {text!r})"
+        raise UsageError(msg)
     return budgets
 
 
 def _check(args: argparse.Namespace) -> list[int]:
-    for flag, value, low in (("--batch", args.batch, 1), ("--new-tokens", args.new_tokens, 1), ("--show-rounds", args.show_rounds, 0)):
+    flags = (("--batch", args.batch, 1), ("--new-tokens", args.new_tokens, 1), ("--show-rounds", args.show_rounds, 0))
+    for flag, value, low in flags:
         if value < low:
-            raise UsageError(f"{flag} must be >= {low} (got {value})")
+            msg = f"{flag} must be >= {low} (got {value})"
+            raise UsageError(msg)
     if args.temperature < 0 or not math.isfinite(args.temperature):
-        raise UsageError(f"--temperature must be a finite number >= 0 (got {args.temperature})")
+        msg = f"--temperature must be a finite number >= 0 (got {args.temperature})"
+        raise UsageError(msg)
     return _budgets(args.budgets)
 
 
@@ -90,7 +99,7 @@ def main(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def _tree_time_us(drafter, budget: int) -> float:
+def _tree_time_us(drafter: ToyDrafter, budget: int) -> float:
     """Median CPU time of build_trees + walk on one round's shapes (4 x L x V)."""
     import torch
 

@@ -43,7 +43,7 @@ WHEELHOUSE_REMEDY = ("`repro install-offline DIR` (from `repro wheelhouse`), `uv
 HOST_REMEDY = "`uv sync --extra gpu`, `nix develop .#{target}` or `pip install {name}=={version}`"
 HEADERS_REMEDY = "install the Python headers (python3.12-dev) or use `nix develop .#{target}`"
 LIBCUDA_REMEDY = "set TRITON_LIBCUDA_PATH to the directory holding the driver's libcuda.so.1"
-TRITON_PROBE = '''
+TRITON_PROBE = """
 import torch, triton, triton.language as tl
 
 @triton.jit
@@ -56,7 +56,7 @@ add_one[(4,)](x, 1000, BLOCK=256)
 torch.cuda.synchronize()
 assert bool((x == 1).all()), "kernel ran but computed the wrong values"
 print("triton", triton.__version__, "compiled and ran a kernel on", torch.cuda.get_device_name())
-'''
+"""
 # (text in the failure output, what it means, remedy); the first match wins
 TRITON_FAILURES = (
     ("Python.h", "Python headers are missing", HEADERS_REMEDY),
@@ -109,7 +109,7 @@ def run_probe(code: str, timeout: float, env: dict[str, str] | None = None) -> t
         script = Path(tmp) / "probe.py"
         script.write_text(code)
         try:
-            done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+            done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=False,
                                   timeout=timeout, env={**os.environ, **(env or {})})
         except subprocess.TimeoutExpired:
             return False, f"did not finish within {timeout:.0f}s"
@@ -120,7 +120,7 @@ def run_patch_check(site: Path) -> subprocess.CompletedProcess[str]:
     """``repro patch check --site SITE`` in a subprocess (verbs do not import each other)."""
     path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
     return subprocess.run([sys.executable, "-m", "repro.cli", "patch", "check", "--site", str(site)],
-                          capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": path})
+                          capture_output=True, text=True, check=False, timeout=120, env={**os.environ, "PYTHONPATH": path})
 
 
 def _last_line(text: str) -> str:

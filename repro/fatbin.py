@@ -78,7 +78,7 @@ def _decompress_zstd(blob: bytes) -> bytes | None:
         pass
     if shutil.which("zstd") is None:
         return None
-    done = subprocess.run(["zstd", "-d", "-c", "-q"], input=blob, capture_output=True, timeout=60)
+    done = subprocess.run(["zstd", "-d", "-c", "-q"], input=blob, capture_output=True, check=False, timeout=60)
     return done.stdout if done.returncode == 0 else None
 
 
@@ -93,7 +93,8 @@ def _variant_from_payload(payload: bytes, kind: int) -> str | None:
 def _fatbin_section(data: mmap.mmap | bytes) -> tuple[int, int] | None:
     """(offset, size) of ``.nv_fatbin``; None when the ELF has none; ValueError if not an ELF."""
     if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
-        raise ValueError("not a 64-bit little-endian ELF file")
+        msg = "not a 64-bit little-endian ELF file"
+        raise ValueError(msg)
     shoff = struct.unpack_from("<Q", data, 0x28)[0]
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
     headers = [struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize) for i in range(shnum)]

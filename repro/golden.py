@@ -33,7 +33,8 @@ def _regen(args: argparse.Namespace) -> int:
     known = {s.name for s in specs}
     unknown = sorted(set(args.only) - known)
     if unknown:
-        raise UsageError(f"--only names unknown cases {unknown} (known: {len(known)} cases, see golden/manifest.json)")
+        msg = f"--only names unknown cases {unknown} (known: {len(known)} cases, see golden/manifest.json)"
+        raise UsageError(msg)
     args.dir.mkdir(parents=True, exist_ok=True)
     manifest_path = args.dir / goldenset.MANIFEST
     old = goldenset.load_manifest(args.dir) if manifest_path.exists() else {"cases": []}
@@ -61,7 +62,8 @@ def _check(args: argparse.Namespace) -> int:
     from repro import goldenset
 
     if not (args.dir / goldenset.MANIFEST).exists():
-        raise UsageError(f"no {goldenset.MANIFEST} in {args.dir} (run `repro golden regen` to create the set)")
+        msg = f"no {goldenset.MANIFEST} in {args.dir} (run `repro golden regen` to create the set)"
+        raise UsageError(msg)
     failures, count = 0, 0
     t0 = time.perf_counter()
     for entry, spec in goldenset.iter_cases(args.dir):
@@ -86,7 +88,8 @@ def _check(args: argparse.Namespace) -> int:
         else:
             print(f"ok   {goldenset.summarize(spec, stored)}")
     if count == 0:
-        raise UsageError(f"no DDTree cases matched in {args.dir / goldenset.MANIFEST}")
+        msg = f"no DDTree cases matched in {args.dir / goldenset.MANIFEST}"
+        raise UsageError(msg)
     for entry in goldenset.kernel_entries(args.dir) if not args.only else []:
         path = args.dir / entry["file"]
         if not path.exists() or goldenset.sha256(path) != entry["sha256"]:

@@ -51,7 +51,7 @@ def run_tool(argv: list[str], timeout: float = 30) -> tuple[str | None, str | No
     if shutil.which(argv[0]) is None:
         return None, f"{argv[0]} not found on PATH"
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=timeout)
     except subprocess.TimeoutExpired:
         return None, f"{argv[0]} did not answer within {timeout:.0f}s"
     except OSError as exc:
@@ -75,7 +75,8 @@ def parse_gpu_query(text: str) -> tuple[list[Gpu], str | None]:
     drivers: set[str] = set()
     for row in csv.reader(line for line in text.splitlines() if line.strip()):
         if len(row) != len(QUERY_FIELDS.split(",")):
-            raise ValueError(f"nvidia-smi query rows must have 6 fields (got {row!r})")
+            msg = f"nvidia-smi query rows must have 6 fields (got {row!r})"
+            raise ValueError(msg)
         index, name, cap, driver, memory, bus = (cell.strip() for cell in row)
         match = re.match(r"^(\d+)\.(\d+)$", cap)
         gpus.append(Gpu(int(index), name, (int(match[1]), int(match[2])) if match else None,

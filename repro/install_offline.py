@@ -42,9 +42,11 @@ def _check_archives(directory: Path, manifest: offline.Manifest) -> None:
     for archive in manifest.archives:
         path = directory / archive.archive
         if not path.is_file():
-            raise ReproError(f"{path} is missing: copy the whole wheelhouse directory")
+            msg = f"{path} is missing: copy the whole wheelhouse directory"
+            raise ReproError(msg)
         if path.stat().st_size != archive.bytes or offline.sha256_file(path) != archive.sha256:
-            raise ReproError(f"{path} does not match manifest.json (corrupt or partial copy)")
+            msg = f"{path} does not match manifest.json (corrupt or partial copy)"
+            raise ReproError(msg)
 
 
 def _check_lock(lock_path: Path, manifest: offline.Manifest) -> str:
@@ -59,7 +61,8 @@ def _check_lock(lock_path: Path, manifest: offline.Manifest) -> str:
     for archive in wheels:
         locked = lock.wheel(archive.wheel or "")
         if locked is None or locked.sha256 != archive.wheel_sha256:
-            raise ReproError(f"{archive.wheel}: its sha256 in manifest.json is not the one {lock_path.name} pins")
+            msg = f"{archive.wheel}: its sha256 in manifest.json is not the one {lock_path.name} pins"
+            raise ReproError(msg)
     return f"all {len(wheels)} wheels match {lock_path.name}"
 
 
@@ -91,7 +94,7 @@ def _wanted_files(archive: offline.Archive, site: Path, notes: list[str]) -> dic
     return files
 
 
-def main(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace) -> int:  # noqa: C901, PLR0912 - the install steps in order
     """Install the wheelhouse; print what was installed, what was already there, and where."""
     try:
         manifest = offline.read_manifest(args.directory)
@@ -99,7 +102,8 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     running = f"{sys.version_info.major}.{sys.version_info.minor}"
     if running != manifest.python:
-        raise ReproError(f"the wheelhouse is for Python {manifest.python}, this interpreter is {running}")
+        msg = f"the wheelhouse is for Python {manifest.python}, this interpreter is {running}"
+        raise ReproError(msg)
     _check_archives(args.directory, manifest)
     provenance = _check_lock(args.lock, manifest)
 
@@ -109,10 +113,11 @@ def main(args: argparse.Namespace) -> int:
     for archive in manifest.archives:
         have = installed.get(normalize(archive.distribution or ""))
         if archive.distribution and have not in (None, archive.version):
-            raise ReproError(
+            msg = (
                 f"{site} holds {archive.distribution} {have}, the wheelhouse has {archive.version}: "
                 "uninstall it or choose another --site"
             )
+            raise ReproError(msg)
 
     notes: list[str] = []
     print(f"install-offline: {args.directory} -> {site} (target {manifest.target}"
@@ -130,7 +135,8 @@ def main(args: argparse.Namespace) -> int:
             still_missing, still_changed = offline.compare_files(site, {k: files[k] for k in todo})
             if still_missing or still_changed:
                 bad = (still_missing + still_changed)[0]
-                raise ReproError(f"{archive.archive}: {bad} does not match manifest.json after extraction")
+                msg = f"{archive.archive}: {bad} does not match manifest.json after extraction"
+                raise ReproError(msg)
         if len(todo) == len(files):
             left_out = f", {len(archive.dropped)} left out by the wheelhouse" if archive.dropped else ""
             print(f"  installed          {archive.title} ({len(files)} files{left_out})")

@@ -33,7 +33,8 @@ def parse_flake_url(url: str) -> dict[str, str]:
     if url.startswith("github:"):
         parts = url.removeprefix("github:").split("/")
         if len(parts) not in (2, 3):
-            raise ValueError(f"flake input url must be github:owner/repo[/ref] (got {url!r})")
+            msg = f"flake input url must be github:owner/repo[/ref] (got {url!r})"
+            raise ValueError(msg)
         original = {"owner": parts[0], "repo": parts[1], "type": "github"}
         if len(parts) == 3:
             original["ref"] = parts[2]
@@ -67,12 +68,12 @@ def _locked_problems(name: str, node: Mapping[str, Any]) -> list[str]:
         )
     if not isinstance(locked.get("lastModified"), int):
         problems.append(f"flake.lock: {name}.locked.lastModified must be an integer")
-    for key in ("type", "owner", "repo"):
-        if locked.get(key) != original.get(key):
-            problems.append(
-                f"flake.lock: {name}.locked.{key} must equal original's {original.get(key)!r}"
-                f" (got {locked.get(key)!r})"
-            )
+    problems += [
+        f"flake.lock: {name}.locked.{key} must equal original's {original.get(key)!r}"
+        f" (got {locked.get(key)!r})"
+        for key in ("type", "owner", "repo")
+        if locked.get(key) != original.get(key)
+    ]
     return problems
 
 
@@ -92,8 +93,10 @@ def flake_lock_problems(inputs: Mapping[str, Any], lock: Mapping[str, Any]) -> l
         if _leaks(node)
     ]
     root_inputs = nodes[lock["root"]].get("inputs", {})
-    for name in sorted(set(root_inputs) - set(inputs)):
-        problems.append(f"flake.lock: locks input {name}, which flake.nix does not declare")
+    problems += [
+        f"flake.lock: locks input {name}, which flake.nix does not declare"
+        for name in sorted(set(root_inputs) - set(inputs))
+    ]
     reached = {lock["root"]}
     for name, spec in sorted(inputs.items()):
         key = root_inputs.get(name)

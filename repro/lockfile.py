@@ -52,10 +52,12 @@ class Lock:
         """The single locked version of ``name``; ValueError when absent or locked twice."""
         found = self.packages.get(normalize(name), ())
         if not found:
-            raise ValueError(f"{self.path.name} has no package {name!r}: add it and re-lock")
+            msg = f"{self.path.name} has no package {name!r}: add it and re-lock"
+            raise ValueError(msg)
         if len(found) > 1:
             versions = ", ".join(p.version for p in found)
-            raise ValueError(f"{self.path.name} locks {name!r} at several versions ({versions}): pin one")
+            msg = f"{self.path.name} locks {name!r} at several versions ({versions}): pin one"
+            raise ValueError(msg)
         return found[0]
 
     def wheel(self, filename: str) -> LockedWheel | None:
@@ -70,12 +72,14 @@ def parse_lock(text: str, path: Path = UV_LOCK) -> Lock:
     for index, table in enumerate(data.get("package", [])):
         name, version = table.get("name"), table.get("version")
         if not isinstance(name, str) or not isinstance(version, str):
-            raise ValueError(f"{path.name}: package #{index} needs a name and a version (got {table.get('name')!r})")
+            msg = f"{path.name}: package #{index} needs a name and a version (got {table.get('name')!r})"
+            raise ValueError(msg)
         wheels = []
         for wheel in table.get("wheels", []):
             algo, _, digest = str(wheel.get("hash", "")).partition(":")
             if algo != "sha256" or len(digest) != 64:
-                raise ValueError(f"{path.name}: {name} {version} has a wheel without a sha256 hash ({wheel!r})")
+                msg = f"{path.name}: {name} {version} has a wheel without a sha256 hash ({wheel!r})"
+                raise ValueError(msg)
             wheels.append(LockedWheel(str(wheel["url"]).rsplit("/", 1)[-1], digest, wheel.get("size")))
         packages.setdefault(normalize(name), []).append(LockedPackage(name, version, tuple(wheels)))
     files = {w.filename: w for group in packages.values() for p in group for w in p.wheels}
@@ -85,5 +89,6 @@ def parse_lock(text: str, path: Path = UV_LOCK) -> Lock:
 def load_lock(path: Path = UV_LOCK) -> Lock:
     """The lock at ``path`` (the repository's ``uv.lock`` unless told otherwise)."""
     if not path.is_file():
-        raise ValueError(f"lock file {path} does not exist: generate it with `uv lock`")
+        msg = f"lock file {path} does not exist: generate it with `uv lock`"
+        raise ValueError(msg)
     return parse_lock(path.read_text(), path)

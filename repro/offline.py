@@ -122,22 +122,26 @@ def read_manifest(directory: Path) -> Manifest:
     """``directory/manifest.json``; ValueError naming the problem when absent or malformed."""
     path = directory / MANIFEST
     if not path.is_file():
-        raise ValueError(f"{directory} is not a wheelhouse: {MANIFEST} is missing")
+        msg = f"{directory} is not a wheelhouse: {MANIFEST} is missing"
+        raise ValueError(msg)
     try:
         data: dict[str, Any] = json.loads(path.read_text())
         if data.get("format") != FORMAT:
-            raise ValueError(f"format must be {FORMAT} (got {data.get('format')!r})")
+            msg = f"format must be {FORMAT} (got {data.get('format')!r})"
+            raise ValueError(msg)  # noqa: TRY301 - reported below as a malformed manifest
         archives = [Archive(**a) for a in data.pop("archives")]
         return Manifest(archives=archives, **data)
     except (TypeError, KeyError, json.JSONDecodeError, ValueError) as exc:
-        raise ValueError(f"{path} is malformed: {exc}") from None
+        msg = f"{path} is malformed: {exc}"
+        raise ValueError(msg) from None
 
 
 def _record_hashes(archive: zipfile.ZipFile) -> dict[str, str]:
     """Hex sha256 of each member as the wheel's own ``*.dist-info/RECORD`` states it."""
     records = [n for n in archive.namelist() if re.match(r"^[^/]+\.dist-info/RECORD$", n)]
     if len(records) != 1:
-        raise ValueError(f"a wheel must hold one .dist-info/RECORD (found {len(records)})")
+        msg = f"a wheel must hold one .dist-info/RECORD (found {len(records)})"
+        raise ValueError(msg)
     hashes = {}
     for row in csv.reader(io.TextIOWrapper(archive.open(records[0]), encoding="utf-8")):
         if len(row) >= 2 and row[1].startswith("sha256="):
@@ -167,7 +171,8 @@ def unpack_wheel(wheel: Path, dest: Path, drop: Callable[[str], bool]) -> tuple[
                 continue
             path = data_dir[2] if data_dir else name
             if PurePosixPath(path).is_absolute() or ".." in PurePosixPath(path).parts:
-                raise ValueError(f"{wheel.name}: member {name!r} escapes the install directory")
+                msg = f"{wheel.name}: member {name!r} escapes the install directory"
+                raise ValueError(msg)
             if drop(path):
                 dropped.append(path)
                 continue
@@ -180,7 +185,8 @@ def unpack_wheel(wheel: Path, dest: Path, drop: Callable[[str], bool]) -> tuple[
                     dst.write(chunk)
             out.chmod(0o755 if (info.external_attr >> 16) & 0o111 else 0o644)
             if name in record and record[name] != digest.hexdigest():
-                raise ValueError(f"{wheel.name}: member {name!r} does not match the wheel's RECORD")
+                msg = f"{wheel.name}: member {name!r} does not match the wheel's RECORD"
+                raise ValueError(msg)
             kept[path] = digest.hexdigest()
     return kept, sorted(dropped)
 

@@ -55,7 +55,7 @@ class Patch:
     files: tuple[FilePatch, ...]
 
 
-def parse_patch(name: str, text: str) -> Patch:
+def parse_patch(name: str, text: str) -> Patch:  # noqa: C901, PLR0912 - one pass over the diff lines
     """Parse a unified diff (free-text header first); ValueError naming the patch on bad input."""
     lines = text.splitlines(keepends=True)
     files: list[FilePatch] = []
@@ -66,7 +66,8 @@ def parse_patch(name: str, text: str) -> Patch:
             continue
         old_name, new_name = lines[i][4:].strip(), lines[i + 1][4:].strip()
         if not new_name.startswith("b/"):
-            raise ValueError(f"{name}: file header must name b/<path> (got {new_name!r})")
+            msg = f"{name}: file header must name b/<path> (got {new_name!r})"
+            raise ValueError(msg)
         i += 2
         hunks: list[Hunk] = []
         while i < len(lines) and (m := _HUNK.match(lines[i])):
@@ -77,7 +78,8 @@ def parse_patch(name: str, text: str) -> Patch:
             i += 1
             while len(old) < n_old or len(new) < n_new:
                 if i >= len(lines):
-                    raise ValueError(f"{name}: hunk of {new_name} ends early")
+                    msg = f"{name}: hunk of {new_name} ends early"
+                    raise ValueError(msg)
                 tag, body = lines[i][:1], lines[i][1:]
                 if tag in (" ", "\n"):
                     body = body if tag == " " else "\n"
@@ -88,7 +90,8 @@ def parse_patch(name: str, text: str) -> Patch:
                 elif tag == "+":
                     new.append(body)
                 else:
-                    raise ValueError(f"{name}: unexpected line in hunk of {new_name}: {lines[i]!r}")
+                    msg = f"{name}: unexpected line in hunk of {new_name}: {lines[i]!r}"
+                    raise ValueError(msg)
                 i += 1
                 if i < len(lines) and lines[i].startswith(_NO_EOL):
                     target = new if tag == "+" else old if tag == "-" else None
@@ -97,10 +100,12 @@ def parse_patch(name: str, text: str) -> Patch:
                     i += 1
             hunks.append(Hunk(int(m.group(1)), int(m.group(3)), tuple(old), tuple(new)))
         if not hunks:
-            raise ValueError(f"{name}: no hunk for {new_name}")
+            msg = f"{name}: no hunk for {new_name}"
+            raise ValueError(msg)
         files.append(FilePatch(new_name[2:], tuple(hunks), created=old_name == "/dev/null"))
     if not files:
-        raise ValueError(f"{name}: contains no file diff")
+        msg = f"{name}: contains no file diff"
+        raise ValueError(msg)
     return Patch(name, tuple(files))
 
 
@@ -126,7 +131,8 @@ def load_series(version: str) -> list[Patch]:
     root = PATCH_ROOT / version
     known = sorted(p.name for p in PATCH_ROOT.iterdir() if (p / "series").is_file()) if PATCH_ROOT.is_dir() else []
     if not (root / "series").is_file():
-        raise UsageError(f"sglang {version} is not supported (patch series exist for: {', '.join(known) or 'none'})")
+        msg = f"sglang {version} is not supported (patch series exist for: {', '.join(known) or 'none'})"
+        raise UsageError(msg)
     names = [s.strip() for s in (root / "series").read_text().splitlines() if s.strip() and not s.startswith("#")]
     return [parse_patch(n, (root / n).read_text()) for n in names]
 
@@ -135,16 +141,18 @@ def sglang_version(site: Path) -> str:
     """The version in ``sglang-*.dist-info/METADATA`` under ``site``; UsageError if absent."""
     infos = sorted(site.glob("sglang-*.dist-info"))
     if not (site / "sglang").is_dir() or not infos:
-        raise UsageError(f"--site must hold sglang/ and sglang-<version>.dist-info/ (got {site})")
+        msg = f"--site must hold sglang/ and sglang-<version>.dist-info/ (got {site})"
+        raise UsageError(msg)
     for line in (infos[-1] / "METADATA").read_text().splitlines():
         if line.startswith("Version:"):
             return line.split(":", 1)[1].strip()
-    raise ReproError(f"{infos[-1]}/METADATA has no Version line")
+    msg = f"{infos[-1]}/METADATA has no Version line"
+    raise ReproError(msg)
 
 
 def record_hashes(site: Path) -> dict[str, str]:
     """path -> urlsafe-base64 sha256 from the wheel's RECORD (the pristine file hashes)."""
-    info = sorted(site.glob("sglang-*.dist-info"))[-1]
+    info = max(site.glob("sglang-*.dist-info"))
     out = {}
     for row in (info / "RECORD").read_text().splitlines():
         parts = row.rsplit(",", 2)
@@ -182,14 +190,17 @@ def patch_states(site: Path, series: list[Patch]) -> dict[str, str]:
         per_file = []
         for fp in p.files:
             if fp.path in seen:
-                raise ReproError(f"{p.name}: {fp.path} is also patched by {seen[fp.path]} (one patch per file)")
+                msg = f"{p.name}: {fp.path} is also patched by {seen[fp.path]} (one patch per file)"
+                raise ReproError(msg)
             seen[fp.path] = p.name
             state = file_state(site, fp, record)
             if state == "modified":
-                raise ReproError(f"{site / fp.path} matches neither the sglang wheel nor {p.name}; refusing to touch it")
+                msg = f"{site / fp.path} matches neither the sglang wheel nor {p.name}; refusing to touch it"
+                raise ReproError(msg)
             per_file.append(state)
         if len(set(per_file)) > 1:
-            raise ReproError(f"{p.name} is partly applied under {site}; restore the wheel's files first")
+            msg = f"{p.name} is partly applied under {site}; restore the wheel's files first"
+            raise ReproError(msg)
         states[p.name] = "applied" if per_file[0] == "applied" else "not applied"
     return states
 
@@ -211,7 +222,8 @@ def run(site: Path, action: str) -> dict[str, str]:
                 cur = path.read_bytes().decode()
             new = apply_hunks(cur, fp, reverse=action == "revert")
             if new is None:
-                raise ReproError(f"{p.name} does not {action} cleanly to {fp.path}")
+                msg = f"{p.name} does not {action} cleanly to {fp.path}"
+                raise ReproError(msg)
             writes[path] = None if (fp.created and action == "revert") else new
     for path, text in writes.items():
         if text is None:
@@ -227,8 +239,9 @@ def default_site() -> Path:
     """The directory holding the importable sglang package (without importing it)."""
     spec = importlib.util.find_spec("sglang")
     if spec is None or not spec.submodule_search_locations:
-        raise UsageError("--site not given and no sglang is importable here (pass --site DIR)")
-    return Path(list(spec.submodule_search_locations)[0]).parent
+        msg = "--site not given and no sglang is importable here (pass --site DIR)"
+        raise UsageError(msg)
+    return Path(next(iter(spec.submodule_search_locations))).parent
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -241,7 +254,8 @@ def main(args: argparse.Namespace) -> int:
     """Print each patch's state; exit 0 when the site is consistent."""
     site = args.site if args.site is not None else default_site()
     if not site.is_dir():
-        raise UsageError(f"--site must be a directory (got {site})")
+        msg = f"--site must be a directory (got {site})"
+        raise UsageError(msg)
     states = run(site, args.action)
     for name, state in states.items():
         print(f"{state:12s} {name}")

@@ -14,9 +14,9 @@ from repro.verdicts import TpEpPoint
 
 
 def _pyplot() -> Any:
-    import matplotlib
+    import matplotlib as mpl
 
-    matplotlib.use("Agg")
+    mpl.use("Agg")
     import matplotlib.pyplot as plt
 
     return plt
@@ -54,14 +54,14 @@ def speedup_vs_budget(summaries: list[CellSummary], path: Path) -> str | None:
     panels = sorted({(s.cell.profile, s.cell.temperature) for s in tree})
     plt = _pyplot()
     fig, axes = _grid(plt, len(panels))
-    for ax, (profile, temp) in zip(axes, panels):
+    for ax, (profile, temp) in zip(axes, panels, strict=True):
         here = [s for s in summaries if (s.cell.profile, s.cell.temperature) == (profile, temp)]
         for k, conc in enumerate(sorted({s.cell.concurrency for s in here})):
             color = f"C{k}"
             pts = sorted((s.cell.budget, s.speedup) for s in here if s.cell.algorithm == "DDTREE"
                          and s.cell.concurrency == conc and s.speedup is not None)
             if pts:
-                ax.plot(*zip(*pts), marker="o", color=color, label=f"c={conc}")
+                ax.plot(*zip(*pts, strict=True), marker="o", color=color, label=f"c={conc}")
             for s in here:
                 if s.cell.algorithm == "DFLASH" and s.cell.concurrency == conc and s.speedup:
                     ax.axhline(s.speedup, color=color, linestyle="--", linewidth=1)
@@ -84,7 +84,7 @@ def tau_histogram(summaries: list[CellSummary], path: Path) -> str | None:
     profiles = sorted({s.cell.profile for s in spec})
     plt = _pyplot()
     fig, axes = _grid(plt, len(profiles))
-    for ax, profile in zip(axes, profiles):
+    for ax, profile in zip(axes, profiles, strict=True):
         mine = [s for s in spec if s.cell.profile == profile]
         temp = min(s.cell.temperature for s in mine)
         groups: dict[str, list[float]] = {}
@@ -112,11 +112,11 @@ def tp_ep_throughput(points: list[TpEpPoint], path: Path) -> str | None:
     panels = sorted({(p.machine, p.temperature) for p in points})
     plt = _pyplot()
     fig, axes = _grid(plt, len(panels))
-    for ax, (machine, temp) in zip(axes, panels):
+    for ax, (machine, temp) in zip(axes, panels, strict=True):
         here = [p for p in points if (p.machine, p.temperature) == (machine, temp)]
         for k, label in enumerate(sorted({p.label for p in here}, key=label_order)):
             line = sorted((p.concurrency, p.tp_tok_s, p.ep_tok_s) for p in here if p.label == label)
-            conc, tp, ep = zip(*line)
+            conc, tp, ep = zip(*line, strict=True)
             ax.plot(conc, tp, marker="o", color=f"C{k}", label=f"{label} TP")
             ax.plot(conc, ep, marker="s", color=f"C{k}", linestyle="--", label=f"{label} TP+EP")
         _log2_axis(ax, [p.concurrency for p in here])

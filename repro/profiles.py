@@ -73,13 +73,16 @@ class Profile:
         """The same deployment running another algorithm (budget only for DDTREE)."""
         algorithm = algorithm.upper()
         if algorithm not in ALGORITHMS:
-            raise UsageError(f"algorithm must be one of {', '.join(ALGORITHMS)} (got {algorithm!r})")
+            msg = f"algorithm must be one of {', '.join(ALGORITHMS)} (got {algorithm!r})"
+            raise UsageError(msg)
         if algorithm != "AR" and not self.drafter:
-            raise UsageError(f"profile {self.name!r}: {algorithm} needs a 'drafter' key (none set)")
+            msg = f"profile {self.name!r}: {algorithm} needs a 'drafter' key (none set)"
+            raise UsageError(msg)
         if algorithm == "DDTREE":
             budget = self.budget if budget is None else budget
             if budget is None or budget < 0:
-                raise UsageError(f"DDTREE budget must be an integer >= 0 (got {budget!r})")
+                msg = f"DDTREE budget must be an integer >= 0 (got {budget!r})"
+                raise UsageError(msg)
         return dataclasses.replace(self, algorithm=algorithm,
                                    budget=budget if algorithm == "DDTREE" else None)
 
@@ -118,12 +121,14 @@ def _data_file(name: str) -> Path:
 
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
-        with open(path, "rb") as f:
+        with path.open("rb") as f:
             return tomllib.load(f)
     except FileNotFoundError:
-        raise UsageError(f"{path}: file not found") from None
+        msg = f"{path}: file not found"
+        raise UsageError(msg) from None
     except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"{path}: not valid TOML ({exc})") from None
+        msg = f"{path}: not valid TOML ({exc})"
+        raise UsageError(msg) from None
 
 
 def _stack_targets() -> dict[str, Target]:
@@ -131,7 +136,8 @@ def _stack_targets() -> dict[str, Target]:
     try:
         return load_stack().targets
     except (OSError, ValueError) as exc:
-        raise UsageError(f"stack.toml: {exc}") from None
+        msg = f"stack.toml: {exc}"
+        raise UsageError(msg) from None
 
 
 class _Table:
@@ -144,9 +150,10 @@ class _Table:
             self.fail(unknown[0], f"is not a known key (known: {', '.join(sorted(allowed))})")
 
     def fail(self, key: str, problem: str) -> None:
-        raise UsageError(f"{self.where}: key '{key}' {problem}")
+        msg = f"{self.where}: key '{key}' {problem}"
+        raise UsageError(msg)
 
-    def get(self, key: str, kind: type | tuple[type, ...], default: Any = None,
+    def get(self, key: str, kind: type | tuple[type, ...], default: Any = None, *,
             required: bool = False) -> Any:
         if key not in self.data:
             if required:
@@ -154,20 +161,20 @@ class _Table:
             return default
         value = self.data[key]
         kinds = kind if isinstance(kind, tuple) else (kind,)
-        if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+        if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
             names = " or ".join(k.__name__ for k in kinds)
             self.fail(key, f"must be {names} (got {value!r})")
         return value
 
-    def positive_int(self, key: str, default: int | None = None, required: bool = False) -> Any:
-        value = self.get(key, int, default, required)
+    def positive_int(self, key: str, default: int | None = None, *, required: bool = False) -> Any:
+        value = self.get(key, int, default, required=required)
         if value is not None and value < 1:
             self.fail(key, f"must be an integer >= 1 (got {value})")
         return value
 
-    def choice(self, key: str, choices: tuple[str, ...], default: str | None = None,
+    def choice(self, key: str, choices: tuple[str, ...], default: str | None = None, *,
                required: bool = False) -> Any:
-        value = self.get(key, str, default, required)
+        value = self.get(key, str, default, required=required)
         if value is not None and value not in choices:
             self.fail(key, f"must be one of {', '.join(choices)} (got {value!r})")
         return value
@@ -181,7 +188,7 @@ _PROFILE_KEYS = {
 }
 
 
-def _profile(name: str, data: dict[str, Any], where: str, targets: dict[str, Target],
+def _profile(name: str, data: dict[str, Any], where: str, targets: dict[str, Target],  # noqa: C901, PLR0912 - a check per key
              threshold_sets: set[str] | None) -> Profile:
     t = _Table(f"{where}: profile '{name}'", data, _PROFILE_KEYS)
     target = t.choice("target", tuple(targets), required=True)
@@ -267,7 +274,8 @@ def get_profile(name: str, path: str | Path | None = None) -> Profile:
     """One profile by name; an unknown name lists the known ones."""
     profiles = load_profiles(path)
     if name not in profiles:
-        raise UsageError(f"PROFILE must be one of {', '.join(profiles)} (got {name!r})")
+        msg = f"PROFILE must be one of {', '.join(profiles)} (got {name!r})"
+        raise UsageError(msg)
     return profiles[name]
 
 

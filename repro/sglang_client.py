@@ -46,7 +46,8 @@ class Client:
     def __init__(self, url: str, timeout: float = 600.0) -> None:
         parts = urlsplit(url)
         if parts.scheme != "http" or not parts.hostname or not parts.port:
-            raise ValueError(f"url must look like http://127.0.0.1:PORT (got {url!r})")
+            msg = f"url must look like http://127.0.0.1:PORT (got {url!r})"
+            raise ValueError(msg)
         self.url, self.host, self.port, self.timeout = url, parts.hostname, parts.port, timeout
 
     def _connect(self, timeout: float | None = None) -> http.client.HTTPConnection:
@@ -75,9 +76,11 @@ class Client:
             if status == 404:
                 status, body = self._get("/get_server_info", timeout)
         except _NET_ERRORS as exc:
-            raise ReproError(f"GET {self.url}/server_info failed: {exc}") from None
+            msg = f"GET {self.url}/server_info failed: {exc}"
+            raise ReproError(msg) from None
         if status != 200:
-            raise ReproError(f"GET {self.url}/server_info returned HTTP {status}: {body[:200]!r}")
+            msg = f"GET {self.url}/server_info returned HTTP {status}: {body[:200]!r}"
+            raise ReproError(msg)
         return json.loads(body)
 
     def generate(self, payload: dict[str, Any]) -> Completion:
@@ -89,11 +92,15 @@ class Client:
             conn.request("POST", "/generate", body, {"Content-Type": "application/json"})
             resp = conn.getresponse()
             if resp.status != 200:
-                raise ReproError(f"POST {self.url}/generate returned HTTP {resp.status}: "
-                                 f"{resp.read(300)!r}")
+                msg = (
+                    f"POST {self.url}/generate returned HTTP {resp.status}: "
+                    f"{resp.read(300)!r}"
+                )
+                raise ReproError(msg)
             return _read_stream(resp, start)
         except _NET_ERRORS as exc:
-            raise ReproError(f"POST {self.url}/generate failed: {type(exc).__name__}: {exc}") from None
+            msg = f"POST {self.url}/generate failed: {type(exc).__name__}: {exc}"
+            raise ReproError(msg) from None
         finally:
             conn.close()
 
@@ -106,7 +113,8 @@ def _read_stream(resp: http.client.HTTPResponse, start: float) -> Completion:
     while True:
         line = resp.readline()
         if not line:
-            raise ReproError("the /generate stream ended before [DONE] (did the server die?)")
+            msg = "the /generate stream ended before [DONE] (did the server die?)"
+            raise ReproError(msg)
         line = line.strip()
         if not line.startswith(b"data:"):
             continue
@@ -115,7 +123,8 @@ def _read_stream(resp: http.client.HTTPResponse, start: float) -> Completion:
             break
         event = json.loads(data)
         if "error" in event:
-            raise ReproError(f"/generate answered an error: {event['error']}")
+            msg = f"/generate answered an error: {event['error']}"
+            raise ReproError(msg)
         meta = event.get("meta_info") or {}
         count = int(meta.get("completion_tokens", tokens))
         if count > tokens:
@@ -126,7 +135,8 @@ def _read_stream(resp: http.client.HTTPResponse, start: float) -> Completion:
                 chunks.append((now - last, count - tokens))
             tokens, last = count, now
     if ttft is None:
-        raise ReproError("/generate finished without emitting a token")
+        msg = "/generate finished without emitting a token"
+        raise ReproError(msg)
     finish = meta.get("finish_reason")
     return Completion(
         prompt_tokens=int(meta.get("prompt_tokens", 0)), completion_tokens=tokens,

@@ -18,7 +18,7 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from repro.errors import ReproError, UsageError
 from repro.profiles import Profile, model_path
@@ -86,13 +86,19 @@ def check_models(profile: Profile, models_root: Path) -> None:
     for key, value in needed:
         path = model_path(value, models_root)
         if not path.is_dir():
-            raise UsageError(f"profile {profile.name!r}: {key} directory {path} does not exist "
-                             f"(set --models-dir or $REPRO_MODELS_DIR)")
+            msg = (
+                f"profile {profile.name!r}: {key} directory {path} does not exist "
+                f"(set --models-dir or $REPRO_MODELS_DIR)"
+            )
+            raise UsageError(msg)
     for key, value in profile.env.items():
         path = Path(value.replace("{models}", str(models_root)))
         if "{models}" in value and not path.exists():
-            raise UsageError(f"profile {profile.name!r}: env {key} names {path}, which does not "
-                             f"exist (set --models-dir or $REPRO_MODELS_DIR)")
+            msg = (
+                f"profile {profile.name!r}: env {key} names {path}, which does not "
+                f"exist (set --models-dir or $REPRO_MODELS_DIR)"
+            )
+            raise UsageError(msg)
 
 
 def port_is_free(port: int) -> bool:
@@ -115,7 +121,7 @@ def free_port() -> int:
 def log_tail(path: Path, lines: int = TAIL_LINES) -> str:
     """The last ``lines`` non-empty lines of ``path``, indented, or a note if there are none."""
     try:
-        with open(path, errors="replace") as f:
+        with path.open(errors="replace") as f:
             tail = deque((ln.rstrip() for ln in f if ln.strip()), maxlen=lines)
     except OSError:
         return "  (no log was written)"
@@ -125,7 +131,7 @@ def log_tail(path: Path, lines: int = TAIL_LINES) -> str:
 @contextlib.contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
     """Treat SIGTERM like Ctrl-C inside the block, so servers are stopped on both."""
-    def interrupt(signum: int, frame: object) -> None:
+    def interrupt(_signum: int, _frame: object) -> None:
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, interrupt)
@@ -153,23 +159,27 @@ class SGLangServer:
 
     @property
     def url(self) -> str:
+        """The server's base URL."""
         return self.client.url
 
     def start(self) -> None:
         """Check models and port, then launch the server in a new process group."""
         check_models(self.profile, self.models_root)
         if not port_is_free(self.port):
-            raise UsageError(f"port {HOST}:{self.port} is already in use "
-                             f"(pass --port with a free one, or stop what holds it)")
+            msg = (
+                f"port {HOST}:{self.port} is already in use "
+                f"(pass --port with a free one, or stop what holds it)"
+            )
+            raise UsageError(msg)
         argv = server_argv(self.profile, self.port, self.models_root)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "wb") as log:
+        with self.log_path.open("wb") as log:
             log.write(("$ " + " ".join(argv) + "\n").encode())
             log.flush()
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
                                          stderr=subprocess.STDOUT, start_new_session=True,
                                          env=server_env(self.profile, self.models_root),
-                                         preexec_fn=_die_with_parent)
+                                         preexec_fn=_die_with_parent)  # noqa: PLW1509 - only calls prctl
 
     def failure(self, what: str) -> ReproError:
         """An error saying ``what`` happened, with the server log's last lines."""
@@ -181,7 +191,8 @@ class SGLangServer:
         assert self.proc is not None, "start() first"
         code = self.proc.poll()
         if code is not None:
-            raise self.failure(f"exited with code {code}")
+            msg = f"exited with code {code}"
+            raise self.failure(msg)
 
     def wait_exit(self, timeout: float) -> int | None:
         """The exit code if the process ends within ``timeout`` seconds, else None."""
@@ -199,8 +210,11 @@ class SGLangServer:
             if self.client.healthy(timeout=30.0):
                 return time.monotonic() - start
             if time.monotonic() - start > timeout:
-                raise self.failure(f"was not healthy after {timeout:.0f} s (raise the profile's "
-                                   f"start-timeout or --start-timeout)")
+                msg = (
+                    f"was not healthy after {timeout:.0f} s (raise the profile's "
+                    f"start-timeout or --start-timeout)"
+                )
+                raise self.failure(msg)
             time.sleep(poll)
             poll = min(2.0, poll * 1.5)  # quick for a fast start, quiet in a long model load
 
@@ -223,7 +237,7 @@ class SGLangServer:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, sig)
 
-    def __enter__(self) -> SGLangServer:
+    def __enter__(self) -> Self:
         self.start()
         return self
 

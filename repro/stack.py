@@ -36,7 +36,8 @@ def parse_capability(text: str) -> Capability:
     """``"10.3"`` -> ``(10, 3)``; ValueError naming the value otherwise."""
     match = _CAPABILITY.match(text.strip())
     if not match:
-        raise ValueError(f"capability must look like '9.0' (got {text!r})")
+        msg = f"capability must look like '9.0' (got {text!r})"
+        raise ValueError(msg)
     return int(match.group(1)), int(match.group(2))
 
 
@@ -86,7 +87,8 @@ class Stack:
         """The target called ``name``; ValueError listing the known ones otherwise."""
         if name not in self.targets:
             known = ", ".join(self.targets)
-            raise ValueError(f"target must be one of {known} (got {name!r})")
+            msg = f"target must be one of {known} (got {name!r})"
+            raise ValueError(msg)
         return self.targets[name]
 
     def detect(self, capability: Capability) -> Target | None:
@@ -99,12 +101,15 @@ class Stack:
 
 def _get(table: dict[str, Any], key: str, kind: type, where: str) -> Any:
     if key not in table:
-        raise ValueError(f"{where}.{key} is missing")
+        msg = f"{where}.{key} is missing"
+        raise ValueError(msg)
     value = table[key]
     if not isinstance(value, kind):
-        raise ValueError(f"{where}.{key} must be a {kind.__name__} (got {value!r})")
+        msg = f"{where}.{key} must be a {kind.__name__} (got {value!r})"
+        raise ValueError(msg)
     if kind is list and not all(isinstance(v, str) for v in value):
-        raise ValueError(f"{where}.{key} must be a list of strings (got {value!r})")
+        msg = f"{where}.{key} must be a list of strings (got {value!r})"
+        raise ValueError(msg)
     return value
 
 
@@ -112,7 +117,8 @@ def _target(name: str, table: dict[str, Any]) -> Target:
     where = f"targets.{name}"
     caps = tuple(parse_capability(c) for c in _get(table, "capabilities", list, where))
     if not caps:
-        raise ValueError(f"{where}.capabilities must not be empty")
+        msg = f"{where}.capabilities must not be empty"
+        raise ValueError(msg)
     target = Target(
         name=name,
         description=_get(table, "description", str, where),
@@ -127,7 +133,8 @@ def _target(name: str, table: dict[str, Any]) -> Target:
     # the arch lists' agreement with the capabilities is checked by repro.lockcheck.target_problems
     for arch in target.cubin_archs:
         if not _CUBIN_ARCH.match(arch):
-            raise ValueError(f"{where}.cubin-archs entries must look like 'sm_90a' (got {arch!r})")
+            msg = f"{where}.cubin-archs entries must look like 'sm_90a' (got {arch!r})"
+            raise ValueError(msg)
     return target
 
 
@@ -137,13 +144,16 @@ def parse_stack(text: str) -> Stack:
     stack = _get(data, "stack", dict, "stack.toml")
     for key, value in stack.items():
         if not isinstance(value, str):
-            raise ValueError(f"stack.{key} must be a version string (got {value!r})")
+            msg = f"stack.{key} must be a version string (got {value!r})"
+            raise ValueError(msg)
     min_driver = _get(stack, "min-driver", str, "stack")
     if not min_driver.isdigit():
-        raise ValueError(f"stack.min-driver must be a driver major version like '580' (got {min_driver!r})")
+        msg = f"stack.min-driver must be a driver major version like '580' (got {min_driver!r})"
+        raise ValueError(msg)
     targets = _get(data, "targets", dict, "stack.toml")
     if not targets:
-        raise ValueError("stack.toml must define at least one [targets.*] table")
+        msg = "stack.toml must define at least one [targets.*] table"
+        raise ValueError(msg)
     house = _get(data, "wheelhouse", dict, "stack.toml")
     return Stack(
         python=_get(stack, "python", str, "stack"),

@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -338,7 +339,7 @@ def write_moe_pair(out: Path) -> None:
         (out / name / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
 
 
-def write_hook(path: Path, planted: dict, *, rank_probs=DEFAULT_RANK_PROBS, seed: int = 0) -> None:
+def write_hook(path: Path, planted: dict, *, rank_probs: Sequence[float] = DEFAULT_RANK_PROBS, seed: int = 0) -> None:
     """The drafter test-hook file for the planted target (format: repro.sglang_glue.test_hook)."""
     spec = {
         "successor": successor_table(planted["ranked"], planted["vocab_size"]),

@@ -26,6 +26,7 @@ SEED_NVLINK = "the seed expects TP8 to win on 8x B300 with NV18"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``repro topology``."""
     parser.add_argument("--from", dest="source", type=Path, default=None, metavar="FILE",
                         help="saved `nvidia-smi topo -m` output (default: run nvidia-smi)")
     parser.add_argument("--json", action="store_true", help="print JSON")
@@ -33,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def gpu_count(text: str, links: dict[tuple[int, int], str]) -> int:
     """GPUs in the matrix: those in a linked pair, or the lone GPU0 row of a one-GPU box."""
-    return len({i for pair in links for i in pair}) or int(bool(re.search(r"^GPU0\s", text, re.M)))
+    return len({i for pair in links for i in pair}) or int(bool(re.search(r"^GPU0\s", text, re.MULTILINE)))
 
 
 def recommend(text: str) -> dict[str, Any]:
@@ -41,7 +42,8 @@ def recommend(text: str) -> dict[str, Any]:
     links = gpuinfo.parse_topology(text)
     gpus = gpu_count(text, links)
     if gpus == 0:
-        raise UsageError("the topology text has no GPU matrix (expected `nvidia-smi topo -m` output)")
+        msg = "the topology text has no GPU matrix (expected `nvidia-smi topo -m` output)"
+        raise UsageError(msg)
     kind = gpuinfo.interconnect(links, gpus)
     kinds = ", ".join(f"{k} on {n} pair{'s' * (n > 1)}"
                       for k, n in Counter(links.values()).most_common())
@@ -68,16 +70,21 @@ def _answer(gpus: int, kind: str, choice: str, reason: str, args: list[str]) -> 
 
 
 def main(args: argparse.Namespace) -> int:
+    """Print the classification and recommendation (or JSON)."""
     if args.source is not None:
         try:
             text = args.source.read_text()
         except OSError as exc:
-            raise UsageError(f"--from: cannot read {args.source} ({exc.strerror})") from None
+            msg = f"--from: cannot read {args.source} ({exc.strerror})"
+            raise UsageError(msg) from None
     else:
         text, why = gpuinfo.run_tool(["nvidia-smi", "topo", "-m"])
         if text is None:
-            raise ReproError(f"cannot read the GPU topology: {why} (run on the GPU host, or pass "
-                             f"--from FILE with saved `nvidia-smi topo -m` output)")
+            msg = (
+                f"cannot read the GPU topology: {why} (run on the GPU host, or pass "
+                f"--from FILE with saved `nvidia-smi topo -m` output)"
+            )
+            raise ReproError(msg)
     answer = recommend(text)
     if args.json:
         print(json.dumps(answer, indent=2))

@@ -28,10 +28,12 @@ class KVCache:
 
     @classmethod
     def empty(cls, bs: int, capacity: int, dim: int) -> KVCache:
+        """A cache of ``bs`` empty requests with room for ``capacity`` positions."""
         z = torch.zeros(bs, capacity, dim, dtype=torch.float64)
         return cls(z, z.clone(), torch.zeros(bs, dtype=torch.int64), [[] for _ in range(bs)])
 
     def clone(self) -> KVCache:
+        """A deep copy."""
         return KVCache(self.k.clone(), self.v.clone(), self.lens.clone(), [list(h) for h in self.hidden])
 
     def select(self, keep: torch.Tensor) -> KVCache:
@@ -58,7 +60,7 @@ class KVCache:
 class ToyTarget:
     """One attention layer + tanh MLP-free block over a float64 embedding; deterministic weights."""
 
-    def __init__(self, vocab: int = 256, dim: int = 32, max_len: int = 1024, seed: int = 0, sharpness: float = 6.0):
+    def __init__(self, vocab: int = 256, dim: int = 32, max_len: int = 1024, seed: int = 0, sharpness: float = 6.0) -> None:
         g = torch.Generator().manual_seed(seed)
         rand = lambda *shape, scale: torch.randn(*shape, generator=g, dtype=torch.float64) * scale  # noqa: E731
         self.vocab, self.dim, self.max_len = vocab, dim, max_len
@@ -67,7 +69,9 @@ class ToyTarget:
         self.wq, self.wk, self.wv, self.wo = (rand(dim, dim, scale=dim**-0.5) for _ in range(4))
         self.out = rand(dim, vocab, scale=sharpness * dim**-0.5)
 
-    def forward(self, tokens: torch.Tensor, pos: torch.Tensor, cache: KVCache, allow: torch.Tensor):
+    def forward(
+        self, tokens: torch.Tensor, pos: torch.Tensor, cache: KVCache, allow: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """tokens/pos [bs, T]; ``allow`` [bs, T, C+T] over (cache slots, new rows).
 
         Returns logits [bs, T, V], hidden [bs, T, H], k and v [bs, T, H].
@@ -117,7 +121,7 @@ def _unflatten_full_mask(flat: torch.Tensor, lens: torch.Tensor, n: int, capacit
 class ToyDrafter:
     """Greedy target rollout of L steps, each step's logits blurred by seeded Gumbel noise."""
 
-    def __init__(self, target: ToyTarget, horizon: int = 15, noise: float = 0.5, seed: int = 0):
+    def __init__(self, target: ToyTarget, horizon: int = 15, noise: float = 0.5, seed: int = 0) -> None:
         self.target, self.horizon, self.noise = target, horizon, noise
         self.gen = torch.Generator().manual_seed(seed)
 
@@ -160,7 +164,9 @@ class Decoded:
     trees: list = field(default_factory=list)  # (tree, walk) of the first rounds (DDTree only)
 
 
-def prefill(target: ToyTarget, prompts: torch.Tensor, capacity: int, sampling: Sampling, gen: torch.Generator):
+def prefill(
+    target: ToyTarget, prompts: torch.Tensor, capacity: int, sampling: Sampling, gen: torch.Generator
+) -> tuple[KVCache, torch.Tensor]:
     """Commit the prompts [bs, P]; return (cache, first generated token [bs])."""
     cache = KVCache.empty(prompts.shape[0], capacity, target.dim)
     for j in range(prompts.shape[1]):
@@ -220,14 +226,14 @@ def decode_ddtree(
         k, v, hidden = (scratch[name].reshape(bs * n, -1)[rows] for name in ("k", "v", "hidden"))
         cache.append(k, v, hidden, out.walk.accept_len)
         taus = out.walk.accept_len.tolist()
-        for b, (row, tau) in enumerate(zip(out.emitted.tolist(), taus)):
+        for b, (row, tau) in enumerate(zip(out.emitted.tolist(), taus, strict=True)):
             assert NOT_ACCEPTED not in row[:tau]
             tokens[live[b]].extend(row[:tau])
         result.taus.append(taus)
         if len(result.trees) < keep_trees:
             result.trees.append((out.tree, out.walk))
         going = torch.tensor([len(tokens[i]) < new_tokens for i in live])
-        live = [i for i, g in zip(live, going.tolist()) if g]
+        live = [i for i, g in zip(live, going.tolist(), strict=True) if g]
         cache, roots = cache.select(going), out.walk.bonus[going]
     result.tokens = [t[:new_tokens] for t in tokens]
     return result

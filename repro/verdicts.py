@@ -7,8 +7,8 @@ tp, one with ep 1 and one with ep > 1; their ratio is judged with the TP profile
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from repro.profiles import Profile, ThresholdSet
 from repro.results import CellSummary, label_order
@@ -18,6 +18,8 @@ PASS, FAIL, NOT_MEASURED, RECORDED = "pass", "fail", "not measured", "recorded"
 
 @dataclass(frozen=True)
 class Verdict:
+    """One check of a measured value against its bound."""
+
     check: str  # tau | speedup | DDTREE/DFLASH | TP/EP
     subject: str  # what was measured, e.g. "test-h200-tp1 DDTREE B=32 c=1 T=0"
     value: float | None
@@ -119,8 +121,8 @@ def judge(summaries: list[CellSummary], profiles: dict[str, Profile],
         if tset is None or (p.concurrency, p.temperature) != (tset.at_concurrency,
                                                                tset.at_temperature):
             continue
-        subject = f"{p.machine} {p.label} c={p.concurrency} T={p.temperature:g} " \
-                  f"({p.tp_profile} / {p.ep_profile})"
+        subject = (f"{p.machine} {p.label} c={p.concurrency} T={p.temperature:g} "
+                   f"({p.tp_profile} / {p.ep_profile})")
         lo, hi = tset.tp_over_ep_min, tset.tp_over_ep_max
         if lo is None and hi is None:
             verdicts.append(Verdict("TP/EP", subject, p.ratio, "", RECORDED,

@@ -47,10 +47,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="fail when the archives exceed this many MiB (64 = one device carry)")
 
 
-def drop_rule(stack: Stack, target: Target, trim: bool) -> Callable[[str], bool]:
+def drop_rule(stack: Stack, target: Target, *, trim: bool) -> Callable[[str], bool]:
     """Which site-tree paths ``--trim`` leaves out: other sgl_kernel libraries and trim patterns."""
     if not trim:
-        return lambda path: False
+        return lambda _path: False
     kernel_dirs = {lib.split("/", 1)[0] + "/" for lib in target.sgl_kernel_libs}
 
     def drop(path: str) -> bool:
@@ -70,10 +70,11 @@ def _candidates(package: LockedPackage, stack: Stack) -> list[LockedWheel]:
         if rank is not None:
             ranked.append((rank, wheel.filename, wheel))
     if not ranked:
-        raise ReproError(
+        msg = (
             f"uv.lock lists no cp{stack.python.replace('.', '')} manylinux_{stack.wheelhouse.manylinux} "
             f"x86_64 wheel of {package.name} {package.version}"
         )
+        raise ReproError(msg)
     return [wheel for _, _, wheel in sorted(ranked)]
 
 
@@ -96,20 +97,21 @@ def _download(packages: list[LockedPackage], stack: Stack, cache: Path) -> None:
             *(arg for tag in platforms for arg in ("--platform", tag)),
             "--dest", str(cache), "--requirement", requirements.name,
         ]
-        if subprocess.run(command).returncode != 0:
-            raise ReproError("pip download failed (its output is above)")
+        if subprocess.run(command, check=False).returncode != 0:
+            msg = "pip download failed (its output is above)"
+            raise ReproError(msg)
 
 
 def _verified_wheel(package: LockedPackage, stack: Stack, cache: Path) -> tuple[Path, str]:
     wheel = _cached(package, stack, cache)
     if wheel is None:
-        raise ReproError(f"no wheel of {package.name} {package.version} in {cache} after downloading")
+        msg = f"no wheel of {package.name} {package.version} in {cache} after downloading"
+        raise ReproError(msg)
     path = cache / wheel.filename
     digest = offline.sha256_file(path)
     if digest != wheel.sha256:
-        raise ReproError(
-            f"{path} has sha256 {digest}, uv.lock says {wheel.sha256}: delete it and run again"
-        )
+        msg = f"{path} has sha256 {digest}, uv.lock says {wheel.sha256}: delete it and run again"
+        raise ReproError(msg)
     return path, digest
 
 
@@ -135,7 +137,8 @@ def _pack_stubs(stack: Stack, out_dir: Path) -> offline.Archive:
         files: dict[str, str] = {}
         for stub in stack.wheelhouse.stubs:
             if not (STUBS_DIR / stub).is_dir():
-                raise ReproError(f"stack.toml [wheelhouse] stubs lists {stub!r} but {STUBS_DIR / stub} is missing")
+                msg = f"stack.toml [wheelhouse] stubs lists {stub!r} but {STUBS_DIR / stub} is missing"
+                raise ReproError(msg)
             files |= {f"{stub}/{k}": v for k, v in offline.copy_tree(STUBS_DIR / stub, Path(tmp) / stub).items()}
         offline.write_archive(Path(tmp), files, out_dir / STUBS_ARCHIVE)
     out = out_dir / STUBS_ARCHIVE
@@ -179,12 +182,12 @@ def main(args: argparse.Namespace) -> int:
     except ValueError:
         previous = None
     reuse = _reusable(previous, (target.name, args.trim, stack.sha256), out_dir)
-    drop = drop_rule(stack, target, args.trim)
+    drop = drop_rule(stack, target, trim=args.trim)
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         jobs = [
             pool.submit(lambda a=reuse[digest]: a) if digest in reuse
             else pool.submit(_pack_wheel, package, path, digest, out_dir, drop)
-            for package, (path, digest) in zip(packages, wheels)
+            for package, (path, digest) in zip(packages, wheels, strict=True)
         ]
         archives = [job.result() for job in jobs]
     archives.append(_pack_stubs(stack, out_dir))
@@ -203,5 +206,6 @@ def main(args: argparse.Namespace) -> int:
           f"all {len(packages)} wheels matched uv.lock sha256")
     if args.max_mib is not None and total > args.max_mib * MIB:
         hint = "" if args.trim else " (try --trim)"
-        raise ReproError(f"the wheelhouse is {total / MIB:.1f} MiB, over --max-mib {args.max_mib:g}{hint}")
+        msg = f"the wheelhouse is {total / MIB:.1f} MiB, over --max-mib {args.max_mib:g}{hint}"
+        raise ReproError(msg)
     return 0

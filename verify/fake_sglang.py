@@ -34,6 +34,7 @@ READY_LINE = "The server is fired up and ready to roll!"
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
+    """The launch_server flags the fake understands, plus its fault switches."""
     p = argparse.ArgumentParser()
     p.add_argument("--model-path", required=True)
     p.add_argument("--host", default="127.0.0.1")
@@ -77,6 +78,7 @@ class Handler(BaseHTTPRequestHandler):
     counter = iter(range(10**9))
 
     def log_message(self, fmt: str, *a: Any) -> None:
+        """Log one line per request to stderr."""
         sys.stderr.write(f"[fake-sglang] {self.command} {self.path} {a[1] if len(a) > 1 else ''}\n")
 
     def _json(self, status: int, body: dict[str, Any]) -> None:
@@ -87,7 +89,8 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+    def do_GET(self) -> None:
+        """Answer /health and the server-info endpoints."""
         if self.path == "/health":
             ok = time.monotonic() >= self.ready_at
             self.send_response(200 if ok else 503)
@@ -105,16 +108,19 @@ class Handler(BaseHTTPRequestHandler):
         else:
             self._json(404, {"detail": "Not Found"})
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
+        """Answer /generate, streamed or not."""
         if self.path != "/generate":
-            return self._json(404, {"detail": "Not Found"})
+            self._json(404, {"detail": "Not Found"})
+            return
         req = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
         ids = req.get("input_ids")
         if ids is None and isinstance(req.get("text"), str):
             ids = list(req["text"].encode())
         if not isinstance(ids, list) or not ids or not all(isinstance(i, int) for i in ids):
-            return self._json(400, {"object": "error", "message": "input_ids or text is required",
-                                    "code": 400})
+            self._json(400, {"object": "error", "message": "input_ids or text is required",
+                             "code": 400})
+            return
         params = req.get("sampling_params") or {}
         max_new = int(params.get("max_new_tokens", 16))
         temperature = float(params.get("temperature", 1.0))
@@ -122,7 +128,8 @@ class Handler(BaseHTTPRequestHandler):
         events = self._decode(rid, ids, max_new, temperature)
         if not req.get("stream"):
             *_, last = events
-            return self._json(200, last)
+            self._json(200, last)
+            return
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
@@ -131,10 +138,10 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
         self.wfile.write(b"data: [DONE]\n\n")
 
-    def _decode(self, rid: str, ids: list[int], max_new: int, temperature: float):  # noqa: ANN202
+    def _decode(self, rid: str, ids: list[int], max_new: int, temperature: float):
         """Yield one response object per round, as SGLang streams them (cumulative ids)."""
         a = self.args
-        rng = random.Random(sum(ids) * 7919 + max_new)
+        rng = random.Random(sum(ids) * 7919 + max_new)  # noqa: S311 - seeded fake outputs, not secrets
         tau, step = mean_tau(a, temperature), round_seconds(a)
         out: list[int] = []
         verify_ct, start = 0, time.monotonic()
@@ -197,7 +204,7 @@ def write_profiles(path: Path, profiles: dict[str, dict[str, Any]]) -> Path:
 
 
 def subprocess_env(**extra: str) -> dict[str, str]:
-    """This environment with the repository importable (for ``-m repro.cli`` and this module)."""
+    """The current environment with the repository importable (for ``-m repro.cli`` and this module)."""
     path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
     return {**os.environ, "PYTHONPATH": path, **extra}
 
@@ -213,6 +220,7 @@ def _watchdog(lifetime: float) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Serve like ``python -m sglang.launch_server`` until killed."""
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.fake_exit_at_start is not None:
         sys.stderr.write("RuntimeError: fake failure while loading the model\n")

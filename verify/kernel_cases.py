@@ -45,7 +45,8 @@ def make_logits(
         pool = torch.tensor([-0.0, 0.0, -0.0, 0.0, -1.5, 2.0])
         x = pool[torch.randint(0, len(pool), shape, generator=g)]
     else:
-        raise ValueError(f"make_logits: kind must be one of {KINDS} (got {kind!r})")
+        msg = f"make_logits: kind must be one of {KINDS} (got {kind!r})"
+        raise ValueError(msg)
     x = x.to(dtype)
     if kind == "boundary":
         kth = torch.sort(x.float(), dim=-1, descending=True).values[:, min(k, vocab) - 1]

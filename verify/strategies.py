@@ -25,7 +25,7 @@ def draft_logits(draw, max_bs: int = 3, max_horizon: int = 6, max_vocab: int = 2
     if family == "peaked":
         hot = torch.randint(0, vocab, shape[:2], generator=g)
         x = torch.round(torch.randn(shape, generator=g) * 4) / 4
-        return x.scatter_add(2, hot[..., None], torch.full(shape[:2] + (1,), 6.0))
+        return x.scatter_add(2, hot[..., None], torch.full((*shape[:2], 1), 6.0))
     if family == "certain":
         x = torch.randint(-1, 2, shape, generator=g).float()
         rows = torch.rand(shape[:2], generator=g) < 0.5

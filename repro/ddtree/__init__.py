@@ -24,11 +24,11 @@ from repro.ddtree.types import (
 from repro.ddtree.walk import greedy_tokens, sample_target_tokens, walk
 
 __all__ = [
+    "NOT_ACCEPTED",
     "NO_CHILD",
     "NO_PARENT",
     "NO_SIBLING",
     "NO_TOKEN",
-    "NOT_ACCEPTED",
     "DraftTree",
     "Emission",
     "RoundOutput",

@@ -68,7 +68,7 @@ def finish_host(
     """
     rows, lens = emitted.tolist(), accept_len.tolist()
     out = []
-    for row, n, left in zip(rows, lens, remaining):
+    for row, n, left in zip(rows, lens, remaining, strict=True):
         toks = row[:n]
         stop = next((i for i, t in enumerate(toks) if t in stop_ids), None)
         if stop is not None:

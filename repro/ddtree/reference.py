@@ -51,10 +51,10 @@ def heap_tree(
         parent_sum[node] = path_sum
         if rank + 1 < k:  # next sibling: same parent, next rank at this depth
             s = parent_sum[parent] + logits[depth - 1][rank + 1]
-            heapq.heappush(heap, (-(s - lse_cum[depth - 1]), ranks[:-1] + (rank + 1,), parent, depth, rank + 1, s))
+            heapq.heappush(heap, (-(s - lse_cum[depth - 1]), (*ranks[:-1], rank + 1), parent, depth, rank + 1, s))
         if depth < horizon:  # first child: best rank one depth down
             s = path_sum + logits[depth][0]
-            heapq.heappush(heap, (-(s - lse_cum[depth]), ranks + (0,), node, depth + 1, 0, s))
+            heapq.heappush(heap, (-(s - lse_cum[depth]), (*ranks, 0), node, depth + 1, 0, s))
 
     pad = budget + 1 - len(tokens)
     as_row = lambda vals, fill, dtype: torch.tensor([vals + [fill] * pad], dtype=dtype)  # noqa: E731

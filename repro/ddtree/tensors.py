@@ -84,7 +84,8 @@ def verify_tensors(
     Padding rows carry ``pad_token`` (any valid id: they are never linked, so never accepted).
     """
     if not tree.has_root:
-        raise ValueError("verify_tensors needs a tree built with root_tokens (got a tree without roots)")
+        msg = "verify_tensors needs a tree built with root_tokens (got a tree without roots)"
+        raise ValueError(msg)
     anc = ancestor_mask(tree)
     index, next_token, next_sibling = tree_pointers(tree)
     return VerifyTensors(

@@ -23,29 +23,36 @@ def check_draft_logits(draft_logits: torch.Tensor, *, check_finite: bool = True)
     ``check_finite`` reads the values and therefore synchronises with the device once.
     """
     if not isinstance(draft_logits, torch.Tensor):
-        raise ValueError(f"draft_logits must be a torch.Tensor (got {type(draft_logits).__name__})")
+        msg = f"draft_logits must be a torch.Tensor (got {type(draft_logits).__name__})"
+        raise ValueError(msg)
     if draft_logits.dim() != 3:
-        raise ValueError(
+        msg = (
             f"draft_logits must have shape [bs, L, V] (got rank {draft_logits.dim()}, "
             f"shape {tuple(draft_logits.shape)})"
         )
+        raise ValueError(msg)
     if not draft_logits.is_floating_point():
-        raise ValueError(f"draft_logits must be a float tensor (got {draft_logits.dtype})")
+        msg = f"draft_logits must be a float tensor (got {draft_logits.dtype})"
+        raise ValueError(msg)
     bs, horizon, vocab = draft_logits.shape
     for name, size in (("bs", bs), ("L", horizon), ("V", vocab)):
         if size == 0:
-            raise ValueError(f"draft_logits must have {name} >= 1 (got shape {tuple(draft_logits.shape)})")
+            msg = f"draft_logits must have {name} >= 1 (got shape {tuple(draft_logits.shape)})"
+            raise ValueError(msg)
     if check_finite and not bool(torch.isfinite(draft_logits).all()):
         bad = (~torch.isfinite(draft_logits)).nonzero()[0].tolist()
-        raise ValueError(f"draft_logits must be finite (NaN or inf at [bs, L, V] index {bad})")
+        msg = f"draft_logits must be finite (NaN or inf at [bs, L, V] index {bad})"
+        raise ValueError(msg)
 
 
 def check_budget(budget: int) -> None:
     """Raise ValueError unless ``budget`` is an int >= 0."""
     if isinstance(budget, bool) or not isinstance(budget, int):
-        raise ValueError(f"budget must be an int >= 0 (got {budget!r})")
+        msg = f"budget must be an int >= 0 (got {budget!r})"
+        raise ValueError(msg)
     if budget < 0:
-        raise ValueError(f"budget must be >= 0 (got {budget})")
+        msg = f"budget must be >= 0 (got {budget})"
+        raise ValueError(msg)
 
 
 def order_keys(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
@@ -85,7 +92,8 @@ def merge_topk(parts: Sequence[TopK], k: int) -> TopK:
     logsumexp of the shards' lse. This is what a tensor-parallel rank gathers from its peers.
     """
     if not parts:
-        raise ValueError("merge_topk needs at least one shard (got 0)")
+        msg = "merge_topk needs at least one shard (got 0)"
+        raise ValueError(msg)
     logits = torch.cat([p.logits for p in parts], dim=-1)
     ids = torch.cat([p.ids for p in parts], dim=-1)
     pos = torch.topk(order_keys(logits, ids), min(k, logits.shape[-1]), dim=-1, sorted=True).indices

@@ -24,7 +24,7 @@ Scores are ``sum(logit) - sum(lse)`` accumulated in float64 in depth order, whic
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 
 import torch
 
@@ -58,7 +58,8 @@ def _check_topk(topk: TopK, budget: int) -> tuple[int, int, int]:
     bs, horizon, k = topk.ids.shape
     kb = min(budget, topk.vocab_size)
     if k < kb:
-        raise ValueError(f"topk must keep K >= min(budget, V) = {kb} ranks per depth (got K={k})")
+        msg = f"topk must keep K >= min(budget, V) = {kb} ranks per depth (got K={k})"
+        raise ValueError(msg)
     return bs, horizon, kb
 
 
@@ -70,7 +71,7 @@ def build_trees_from_topk(
     k = topk.ids.shape[-1]
     roots = _root_column(root_tokens, bs, topk.ids.device)
     if budget == 0:
-        return _root_only(roots, horizon, root_tokens is not None)
+        return _root_only(roots, horizon, has_root=root_tokens is not None)
 
     _check_code_room(horizon, budget)
     levels = _frontiers(topk.logits[..., :kb].double(), _lse_cumsum(topk.lse), budget)
@@ -88,14 +89,14 @@ def build_trees_from_topk(
     parent = torch.gather(pos, 1, take(union.parent))
 
     pad = budget - best.shape[1]
-    row = lambda t, fill, real: _pad(torch.where(valid, real, fill), pad, fill)  # noqa: E731
+    row = lambda fill, real: _pad(torch.where(valid, real, fill), pad, fill)  # noqa: E731
     return DraftTree(
-        tokens=torch.cat([roots[:, None], row(token, NO_TOKEN, token)], 1),
-        parents=torch.cat([roots.new_full((bs, 1), NO_PARENT), row(parent, NO_PARENT, parent)], 1),
-        depths=torch.cat([roots.new_zeros((bs, 1)), row(depth, 0, depth)], 1),
+        tokens=torch.cat([roots[:, None], row(NO_TOKEN, token)], 1),
+        parents=torch.cat([roots.new_full((bs, 1), NO_PARENT), row(NO_PARENT, parent)], 1),
+        depths=torch.cat([roots.new_zeros((bs, 1)), row(0, depth)], 1),
         num_nodes=1 + valid.sum(1),
         scores=torch.cat(
-            [union.score.new_zeros((bs, 1)), row(take(union.score), float("-inf"), take(union.score))], 1
+            [union.score.new_zeros((bs, 1)), row(float("-inf"), take(union.score))], 1
         ),
         budget=budget,
         horizon=horizon,
@@ -144,7 +145,8 @@ def _check_code_room(horizon: int, budget: int) -> None:
     """The rank-tuple code of every possible tree node fits in 63 bits."""
     need = 2 * min(horizon, budget) + 2 * (budget.bit_length() - 1)  # sum of floor(log2(r+1)) <= log2 B
     if need > _CODE_BITS:
-        raise ValueError(f"budget {budget} is too large for horizon {horizon}: tree keys need {need} > 63 bits")
+        msg = f"budget {budget} is too large for horizon {horizon}: tree keys need {need} > 63 bits"
+        raise ValueError(msg)
 
 
 def _frontiers(x: torch.Tensor, lse_cum: torch.Tensor, budget: int) -> list[_Level]:
@@ -233,7 +235,7 @@ def _pairs(parents: int, ranks: int, budget: int, device: torch.device) -> tuple
     return _PAIRS[key]
 
 
-@lru_cache(maxsize=None)
+@cache
 def _pairs_host(parents: int, ranks: int, budget: int) -> tuple[torch.Tensor, torch.Tensor]:
     slots, rks = [], []
     for i in range(parents):
@@ -247,11 +249,12 @@ def _root_column(root_tokens: torch.Tensor | None, bs: int, device: torch.device
     if root_tokens is None:
         return torch.full((bs,), NO_TOKEN, dtype=torch.int64, device=device)
     if root_tokens.shape != (bs,):
-        raise ValueError(f"root_tokens must have shape [bs] = ({bs},) (got {tuple(root_tokens.shape)})")
+        msg = f"root_tokens must have shape [bs] = ({bs},) (got {tuple(root_tokens.shape)})"
+        raise ValueError(msg)
     return root_tokens.to(device=device, dtype=torch.int64).contiguous()  # kernels index it flat
 
 
-def _root_only(roots: torch.Tensor, horizon: int, has_root: bool) -> DraftTree:
+def _root_only(roots: torch.Tensor, horizon: int, *, has_root: bool) -> DraftTree:
     col = roots[:, None]
     return DraftTree(
         tokens=col.clone(),

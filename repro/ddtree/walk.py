@@ -18,9 +18,8 @@ def walk(tree: DraftTree, target_tokens: torch.Tensor) -> WalkResult:
     ``target_tokens[b, i]`` is the target's token at node i, shape [bs, N].
     """
     if target_tokens.shape != tree.tokens.shape:
-        raise ValueError(
-            f"target_tokens must have shape [bs, N] = {tuple(tree.tokens.shape)} (got {tuple(target_tokens.shape)})"
-        )
+        msg = f"target_tokens must have shape [bs, N] = {tuple(tree.tokens.shape)} (got {tuple(target_tokens.shape)})"
+        raise ValueError(msg)
     target = target_tokens.to(tree.tokens)
     real = tree.parents != NO_PARENT
     parent = tree.parents.clamp(min=0)
@@ -70,7 +69,8 @@ def sample_target_tokens(
     bs, n, vocab = logits.shape
     for name, t in (("temperature", temperature), ("top_k", top_k), ("top_p", top_p)):
         if t.shape != (bs,):
-            raise ValueError(f"{name} must have shape [bs] = ({bs},) (got {tuple(t.shape)})")
+            msg = f"{name} must have shape [bs] = ({bs},) (got {tuple(t.shape)})"
+            raise ValueError(msg)
     rows = logits.reshape(bs * n, vocab)
     per_row = lambda t: t.repeat_interleave(n)  # noqa: E731 - one rule per request, N rows each
     rules = (per_row(temperature.float()), per_row(top_k), per_row(top_p.float()))
@@ -80,7 +80,13 @@ def sample_target_tokens(
     return torch.cat(out).view(bs, n)
 
 
-def _sample_rows(x, temperature, top_k, top_p, generator) -> torch.Tensor:
+def _sample_rows(
+    x: torch.Tensor,
+    temperature: torch.Tensor,
+    top_k: torch.Tensor,
+    top_p: torch.Tensor,
+    generator: torch.Generator | None,
+) -> torch.Tensor:
     """The rule of each row of x [R, V] (temperature/top_k/top_p [R]) applied to that row."""
     vocab = x.shape[-1]
     x = x.float()

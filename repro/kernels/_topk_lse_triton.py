@@ -2,11 +2,12 @@
 
 Two launches, one pass over the logits:
 
-1. ``stream_kernel`` (grid rows × splits) reads each row once. Per group of ``G`` consecutive
+1. ``stream_kernel`` (grid rows x splits) reads each row once. Per group of ``G`` consecutive
    tokens it writes a 16-bit order key of the group's maximum, and per split the running
    (max, sum of exp) of the logsumexp.
 2. ``select_kernel`` (grid rows) merges the lse partials, finds by a bitwise binary search over
-   the group keys the threshold ``tb`` that at least ``K`` groups reach (so at least ``K`` tokens do, and every top-K token does), re-reads only the groups that reach it, compacts the tokens that reach
+   the group keys the threshold ``tb`` that at least ``K`` groups reach (so at least ``K`` tokens do,
+   and every top-K token does), re-reads only the groups that reach it, compacts the tokens that reach
    it, and sorts those few candidates exactly. A row with more candidates than ``CAP`` (ties,
    sorted rows) takes an exact slow path: a running top-K over the whole row in id order.
    Both paths share one sort, so the kernel compiles one bitonic network.
@@ -218,7 +219,7 @@ def _top_keys(row, V, K, tb, cand_row, ncand, K_P: tl.constexpr, CAP: tl.constex
     in_buffer = ncand <= CAP
     state = tl.full([K_P], PAD, tl.int64)
     kth = tl.min(state, axis=0)
-    for t in range(0, tl.where(in_buffer, 1, tl.cdiv(V, CAP))):
+    for t in range(tl.where(in_buffer, 1, tl.cdiv(V, CAP))):
         if in_buffer:
             keys = tl.load(cand_row + ca, mask=ca < ncand, other=PAD, cache_modifier=".cg")
         else:

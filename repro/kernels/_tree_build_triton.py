@@ -3,7 +3,6 @@
 import triton
 import triton.language as tl
 
-
 INT64_MAX = tl.constexpr(9223372036854775807)
 
 @triton.jit
@@ -49,16 +48,16 @@ def _partner(x, n_dims: tl.constexpr, j: tl.constexpr):
 
 
 @triton.jit
-def _exchange(s, l, i, flip, n_dims: tl.constexpr, j: tl.constexpr):
+def _exchange(s, lx, i, flip, n_dims: tl.constexpr, j: tl.constexpr):
     ps = _partner(s.to(tl.int64, bitcast=True), n_dims, j).to(tl.float64, bitcast=True)
-    pl = _partner(l, n_dims, j)
+    pl = _partner(lx, n_dims, j)
     pi = _partner(i, n_dims, j)
-    keep = _better(s, l, i, ps, pl, pi) != ((flip ^ _bit(n_dims, j)) == 1)
-    return tl.where(keep, s, ps), tl.where(keep, l, pl), tl.where(keep, i, pi)
+    keep = _better(s, lx, i, ps, pl, pi) != ((flip ^ _bit(n_dims, j)) == 1)
+    return tl.where(keep, s, ps), tl.where(keep, lx, pl), tl.where(keep, i, pi)
 
 
 @triton.jit
-def _merge(s, l, i, stage: tl.constexpr, alternate: tl.constexpr):
+def _merge(s, lx, i, stage: tl.constexpr, alternate: tl.constexpr):
     """Bitonic merge of blocks of 2**stage: best first, or alternating block directions."""
     n_dims: tl.constexpr = len(s.shape)
     if alternate:
@@ -66,35 +65,35 @@ def _merge(s, l, i, stage: tl.constexpr, alternate: tl.constexpr):
     else:
         flip = tl.zeros([1] * n_dims, tl.int32)
     for jj in tl.static_range(stage):
-        s, l, i = _exchange(s, l, i, flip, n_dims, stage - 1 - jj)
-    return s, l, i
+        s, lx, i = _exchange(s, lx, i, flip, n_dims, stage - 1 - jj)
+    return s, lx, i
 
 
 @triton.jit
 def _best(score, lex, idx, LOG_N: tl.constexpr, LOG_K: tl.constexpr):
     """The best 2**LOG_K of 2**LOG_N entries, best first (bitonic sort of blocks, then halving)."""
     if LOG_K == 0:  # just the best one
-        s, l, i = tl.reduce((score, lex, idx), 0, _keep_better)
-        return tl.zeros([1], s.dtype) + s, tl.zeros([1], l.dtype) + l, tl.zeros([1], i.dtype) + i
+        s, lx, i = tl.reduce((score, lex, idx), 0, _keep_better)
+        return tl.zeros([1], s.dtype) + s, tl.zeros([1], lx.dtype) + lx, tl.zeros([1], i.dtype) + i
     s = tl.reshape(score, [2] * LOG_N)
-    l = tl.reshape(lex, [2] * LOG_N)
+    lx = tl.reshape(lex, [2] * LOG_N)
     i = tl.reshape(idx, [2] * LOG_N)
     for st in tl.static_range(1, LOG_K + 1):
-        s, l, i = _merge(s, l, i, st, st < LOG_N)
+        s, lx, i = _merge(s, lx, i, st, st < LOG_N)
     for h in tl.static_range(LOG_K + 1, LOG_N + 1):
-        s, l, i = tl.reduce((s, l, i), LOG_N - h, _keep_better)  # the better of each block pair
-        s, l, i = _merge(s, l, i, LOG_K, h < LOG_N)
+        s, lx, i = tl.reduce((s, lx, i), LOG_N - h, _keep_better)  # the better of each block pair
+        s, lx, i = _merge(s, lx, i, LOG_K, h < LOG_N)
     k: tl.constexpr = 1 << LOG_K
-    return tl.reshape(s, [k]), tl.reshape(l, [k]), tl.reshape(i, [k])
+    return tl.reshape(s, [k]), tl.reshape(lx, [k]), tl.reshape(i, [k])
 
 
 @triton.jit
 def _merge_best(s1, l1, i1, s2, l2, i2, LOG_F: tl.constexpr):
     """The best 2**LOG_F of two best-first lists of that length, best first (bitonic merge)."""
     f: tl.constexpr = 1 << LOG_F
-    s, l, i = _keep_better(s1, l1, i1, tl.flip(s2, 0), tl.flip(l2, 0), tl.flip(i2, 0))
-    s, l, i = _merge(tl.reshape(s, [2] * LOG_F), tl.reshape(l, [2] * LOG_F), tl.reshape(i, [2] * LOG_F), LOG_F, False)
-    return tl.reshape(s, [f]), tl.reshape(l, [f]), tl.reshape(i, [f])
+    s, lx, i = _keep_better(s1, l1, i1, tl.flip(s2, 0), tl.flip(l2, 0), tl.flip(i2, 0))
+    s, lx, i = _merge(tl.reshape(s, [2] * LOG_F), tl.reshape(lx, [2] * LOG_F), tl.reshape(i, [2] * LOG_F), LOG_F, False)
+    return tl.reshape(s, [f]), tl.reshape(lx, [f]), tl.reshape(i, [f])
 
 
 @triton.jit
@@ -106,7 +105,7 @@ def _prune_below(best_s, q, B, c):
 
 
 @triton.jit
-def tree_kernel(
+def tree_kernel(  # noqa: PLR0915 - one fused launch builds the whole tree
     logits_ptr, ids_ptr, lse_ptr, roots_ptr, slot_tab, rank_tab, P,
     fx_ptr, fscore_ptr, flex_ptr, fbits_ptr, fprod_ptr, frank_ptr, fslot_ptr, inv_ptr,
     cs_ptr, cl_ptr, ci_ptr,
@@ -186,7 +185,7 @@ def tree_kernel(
             s2 = tl.load(slot_tab + order, mask=order < P, other=0)
             r2 = tl.load(rank_tab + order, mask=order < P, other=0)
             prev2 = frow + (d - 1) * FP + s2
-            c2, l2 = _rank_code(r2.to(tl.int64) + 1)
+            _c2, l2 = _rank_code(r2.to(tl.int64) + 1)
             out = frow + d * FP + q
             tl.store(fx_ptr + out, tl.load(fx_ptr + prev2) + tl.load(lrow + d * KT + r2).to(tl.float64))
             tl.store(fscore_ptr + out, score)
@@ -262,7 +261,7 @@ def verify_kernel(
     tl.debug_barrier()
     cur = r.to(tl.int64)  # self, then each ancestor: at most D hops
     hop = real
-    for _ in range(0, D + 1):
+    for _ in range(D + 1):
         tl.store(anc_out + b * N * N + r * N + cur, 1, mask=hop)
         tl.store(full_out + start + r * width + s + cur, 1, mask=hop)
         cur = tl.load(parents_ptr + b * N + cur, mask=hop, other=-1)

@@ -58,21 +58,29 @@ class TopKConfig:
         for name in ("tile", "scan_block", "gather", "min_cap"):
             value = getattr(self, name)
             if value < 1 or value & (value - 1):
-                raise ValueError(f"TopKConfig.{name} must be a power of two (got {value})")
+                msg = f"TopKConfig.{name} must be a power of two (got {value})"
+                raise ValueError(msg)
         if self.group < 0 or self.group & (self.group - 1):
-            raise ValueError(f"TopKConfig.group must be 0 or a power of two (got {self.group})")
+            msg = f"TopKConfig.group must be 0 or a power of two (got {self.group})"
+            raise ValueError(msg)
         if self.bisect_unroll not in (1, 2, 4, 8, 16):
-            raise ValueError(f"TopKConfig.bisect_unroll must be 1, 2, 4, 8 or 16 (got {self.bisect_unroll})")
+            msg = f"TopKConfig.bisect_unroll must be 1, 2, 4, 8 or 16 (got {self.bisect_unroll})"
+            raise ValueError(msg)
         if self.cap_mult not in (2, 4, 8):
-            raise ValueError(f"TopKConfig.cap_mult must be 2, 4 or 8 (got {self.cap_mult})")
+            msg = f"TopKConfig.cap_mult must be 2, 4 or 8 (got {self.cap_mult})"
+            raise ValueError(msg)
         if self.stream_warps not in (1, 2, 4, 8, 16):
-            raise ValueError(f"TopKConfig.stream_warps must be 1, 2, 4, 8 or 16 (got {self.stream_warps})")
+            msg = f"TopKConfig.stream_warps must be 1, 2, 4, 8 or 16 (got {self.stream_warps})"
+            raise ValueError(msg)
         if self.select_warps not in (0, 1, 2, 4, 8, 16):
-            raise ValueError(f"TopKConfig.select_warps must be 0 (auto), 1, 2, 4, 8 or 16 (got {self.select_warps})")
+            msg = f"TopKConfig.select_warps must be 0 (auto), 1, 2, 4, 8 or 16 (got {self.select_warps})"
+            raise ValueError(msg)
         if self.select_maxnreg and not 32 <= self.select_maxnreg <= 255:
-            raise ValueError(f"TopKConfig.select_maxnreg must be 0 or in [32, 255] (got {self.select_maxnreg})")
+            msg = f"TopKConfig.select_maxnreg must be 0 or in [32, 255] (got {self.select_maxnreg})"
+            raise ValueError(msg)
         if self.programs < 1:
-            raise ValueError(f"TopKConfig.programs must be >= 1 (got {self.programs})")
+            msg = f"TopKConfig.programs must be >= 1 (got {self.programs})"
+            raise ValueError(msg)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,17 +144,24 @@ def make_plan(rows: int, vocab: int, k: int, config: TopKConfig) -> Plan:
 
 def _check_args(x: torch.Tensor, k: int, id_offset: int) -> None:
     if not isinstance(x, torch.Tensor) or x.dim() < 1:
-        raise ValueError(f"topk_lse: x must be a tensor [..., V] (got {type(x).__name__} "
-                         f"with shape {tuple(getattr(x, 'shape', ()))})")
+        msg = (
+            f"topk_lse: x must be a tensor [..., V] (got {type(x).__name__} "
+            f"with shape {tuple(getattr(x, 'shape', ()))})"
+        )
+        raise ValueError(msg)
     if x.dtype not in _DTYPES:
-        raise ValueError(f"topk_lse: x.dtype must be bfloat16, float16 or float32 (got {x.dtype})")
+        msg = f"topk_lse: x.dtype must be bfloat16, float16 or float32 (got {x.dtype})"
+        raise ValueError(msg)
     vocab = x.shape[-1]
     if not 1 <= vocab <= 2**30:  # token offsets are int32 in the kernels
-        raise ValueError(f"topk_lse: vocab size x.shape[-1] must be in [1, 2**30] (got {vocab})")
+        msg = f"topk_lse: vocab size x.shape[-1] must be in [1, 2**30] (got {vocab})"
+        raise ValueError(msg)
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= min(vocab, MAX_K):
-        raise ValueError(f"topk_lse: k must be an int in [1, min(V, {MAX_K})] with V={vocab} (got {k!r})")
+        msg = f"topk_lse: k must be an int in [1, min(V, {MAX_K})] with V={vocab} (got {k!r})"
+        raise ValueError(msg)
     if isinstance(id_offset, bool) or not isinstance(id_offset, int) or id_offset < 0:
-        raise ValueError(f"topk_lse: id_offset must be an int >= 0 (got {id_offset!r})")
+        msg = f"topk_lse: id_offset must be an int >= 0 (got {id_offset!r})"
+        raise ValueError(msg)
 
 
 def topk_lse(
@@ -176,8 +191,11 @@ def prepare(
     from repro.kernels import _topk_lse_triton as kern
 
     if x.device.type != "cuda" and not kern.INTERPRET:
-        raise ValueError(f"topk_lse: x must be a CUDA tensor (got device {x.device}; "
-                         "CPU runs only under TRITON_INTERPRET=1)")
+        msg = (
+            f"topk_lse: x must be a CUDA tensor (got device {x.device}; "
+            "CPU runs only under TRITON_INTERPRET=1)"
+        )
+        raise ValueError(msg)
     lead, vocab = x.shape[:-1], x.shape[-1]
     x2 = x.reshape(-1, vocab)
     if x2.stride(-1) != 1:

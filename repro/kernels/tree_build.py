@@ -15,7 +15,8 @@ index; candidate sets are padded to powers of two with entries that sort last.
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
+from typing import Any
 
 import torch
 
@@ -53,15 +54,15 @@ def _pairs_host_for(budget: int) -> torch.Tensor:
     return _pairs_host(budget, budget, budget)[0]
 
 
-@lru_cache(maxsize=None)
-def _kernel():
+@cache
+def _kernel() -> Any:
     from repro.kernels._tree_build_triton import tree_kernel
 
     return tree_kernel
 
 
-@lru_cache(maxsize=None)
-def _verify_kernel():
+@cache
+def _verify_kernel() -> Any:
     from repro.kernels._tree_build_triton import verify_kernel
 
     return verify_kernel
@@ -88,20 +89,21 @@ def build_trees_fused(
     bs, horizon, kb = _check_topk(topk, budget)
     kt = topk.ids.shape[-1]
     if budget > MAX_BUDGET:
-        raise ValueError(f"build_trees_fused takes budget <= {MAX_BUDGET} (got {budget}); use build_trees_from_topk")
+        msg = f"build_trees_fused takes budget <= {MAX_BUDGET} (got {budget}); use build_trees_from_topk"
+        raise ValueError(msg)
     dev = topk.ids.device
     roots = _root_column(root_tokens, bs, dev)
     if budget == 0:
-        return _root_only(roots, horizon, root_tokens is not None)
+        return _root_only(roots, horizon, has_root=root_tokens is not None)
     _check_code_room(horizon, budget)
     depth = min(horizon, budget)
     slot, rank = _tables(budget, kb, dev)
     n_pairs = slot.numel()
     sizes = tree_kernel_constants(budget, horizon)
     fp, log_u = sizes["FP"], sizes["LOG_U"]
-    f64 = dict(dtype=torch.float64, device=dev)
-    i64 = dict(dtype=torch.int64, device=dev)
-    i32 = dict(dtype=torch.int32, device=dev)
+    f64 = {"dtype": torch.float64, "device": dev}
+    i64 = {"dtype": torch.int64, "device": dev}
+    i32 = {"dtype": torch.int32, "device": dev}
     scratch = (
         torch.empty(bs * depth * fp, **f64), torch.empty(bs * depth * fp, **f64), torch.empty(bs * depth * fp, **i64),
         torch.empty(bs * depth * fp, **i64), torch.empty(bs * depth * fp, **i64), torch.empty(bs * depth * fp, **i32),
@@ -128,12 +130,13 @@ def verify_tensors_fused(
     """``repro.ddtree.verify_tensors`` in one Triton launch (after a memset); same tensors and
     layouts, and the same contract for ``prefix_lens_sum`` (an upper bound leaves a True tail)."""
     if not tree.has_root:
-        raise ValueError("verify_tensors needs a tree built with root_tokens (got a tree without roots)")
+        msg = "verify_tensors needs a tree built with root_tokens (got a tree without roots)"
+        raise ValueError(msg)
     bs, n = tree.tokens.shape
     dev = tree.device
     np_ = _pow2(n)
     lens = prefix_lens.to(device=dev, dtype=torch.int64).contiguous()
-    i64 = dict(dtype=torch.int64, device=dev)
+    i64 = {"dtype": torch.int64, "device": dev}
     ids, pos, index, first, sibling = (torch.empty(bs * n, **i64) for _ in range(5))
     anc = torch.empty(bs, n, n, dtype=torch.bool, device=dev)
     full = torch.ones(n * prefix_lens_sum + bs * n * n, dtype=torch.bool, device=dev)

@@ -52,7 +52,7 @@ def commit_window(
 
     In place on ``req_to_token``; the set of slots in each window is unchanged.
     """
-    bs, n = slots.shape
+    _, n = slots.shape
     new = torch.gather(slots, 1, order)
     cols = prefix_lens.to(torch.int64)[:, None] + torch.arange(n, device=slots.device)
     req_to_token[req_pool_indices.to(torch.int64)[:, None], cols] = new.to(req_to_token.dtype)

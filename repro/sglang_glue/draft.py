@@ -36,7 +36,6 @@ def vocab_parallel_topk(
     in float32 after the matmul in the weight's dtype. ``all_gather`` exchanges the shards'
     candidates; ``None`` means a single rank holding the whole vocabulary.
     """
-    bs, horizon, _ = hidden.shape
     local = torch.matmul(hidden.to(weight.dtype), weight[:num_org].T).float()  # [bs, L, num_org]
     part = shard_topk(local, k)
     part = replace(part, ids=part.ids + org_vocab_start, vocab_size=vocab_size)
@@ -46,6 +45,6 @@ def vocab_parallel_topk(
     gathered = [all_gather(t.contiguous()) for t in fields]
     parts = [
         TopK(logits=lg, ids=ids, lse=lse, vocab_size=vocab_size)
-        for lg, ids, lse in zip(*gathered)
+        for lg, ids, lse in zip(*gathered, strict=True)
     ]
     return merge_topk(parts, k)

@@ -51,12 +51,15 @@ class DrafterTestHook:
         succ = spec.get("successor")
         if not isinstance(succ, list) or len(succ) != vocab_size:
             got = len(succ) if isinstance(succ, list) else type(succ).__name__
-            raise ValueError(f"{path}: 'successor' must list {vocab_size} token ids (got {got})")
+            msg = f"{path}: 'successor' must list {vocab_size} token ids (got {got})"
+            raise ValueError(msg)
         probs = spec.get("rank_probs")
         if not probs or any(p < 0 for p in probs) or sum(probs) > 1 + 1e-9:
-            raise ValueError(f"{path}: 'rank_probs' must be non-negative and sum to <= 1 (got {probs})")
+            msg = f"{path}: 'rank_probs' must be non-negative and sum to <= 1 (got {probs})"
+            raise ValueError(msg)
         if len(probs) + 1 >= vocab_size:
-            raise ValueError(f"{path}: 'rank_probs' needs fewer than {vocab_size - 1} entries (got {len(probs)})")
+            msg = f"{path}: 'rank_probs' needs fewer than {vocab_size - 1} entries (got {len(probs)})"
+            raise ValueError(msg)
         return cls(
             successor=torch.tensor(succ, dtype=torch.int64, device=device),
             rank_cdf=torch.tensor(probs, dtype=torch.float64, device=device).cumsum(0),

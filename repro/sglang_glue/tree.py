@@ -24,11 +24,12 @@ def kernels_mode() -> str:
     """The path chosen by REPRO_DDTREE_KERNELS (default auto)."""
     mode = os.environ.get(KERNELS_ENV, "auto").strip().lower() or "auto"
     if mode not in MODES:
-        raise ValueError(f"{KERNELS_ENV} must be one of {', '.join(MODES)} (got {mode!r})")
+        msg = f"{KERNELS_ENV} must be one of {', '.join(MODES)} (got {mode!r})"
+        raise ValueError(msg)
     return mode
 
 
-def _fused(device: torch.device, fits: bool) -> bool:
+def _fused(device: torch.device, *, fits: bool) -> bool:
     mode = kernels_mode()
     if mode != "auto":
         return mode == "fused"
@@ -39,7 +40,7 @@ def shard_topk(logits: torch.Tensor, k: int) -> TopK:
     """Top-``k`` and lse of each row of one vocabulary shard's logits [bs, L, V_shard]."""
     from repro.kernels.topk_lse import MAX_K
 
-    if not _fused(logits.device, k <= min(MAX_K, logits.shape[-1])):
+    if not _fused(logits.device, fits=k <= min(MAX_K, logits.shape[-1])):
         return topk_logprobs(logits, k)
     from repro.kernels.topk_lse import topk_lse
 
@@ -51,7 +52,7 @@ def draft_tree(topk: TopK, budget: int, roots: torch.Tensor) -> DraftTree:
     """The draft trees of a batch from its per-depth top-K."""
     from repro.kernels.tree_build import MAX_BUDGET, build_trees_fused
 
-    if _fused(topk.ids.device, budget <= MAX_BUDGET):
+    if _fused(topk.ids.device, fits=budget <= MAX_BUDGET):
         return build_trees_fused(topk, budget, roots)
     return build_trees_from_topk(topk, budget, roots)
 
@@ -60,6 +61,6 @@ def tree_verify_tensors(tree: DraftTree, prefix_lens: torch.Tensor, prefix_lens_
     """Verify tensors of the trees (``prefix_lens_sum`` may be an upper bound)."""
     from repro.kernels.tree_build import verify_tensors_fused
 
-    if _fused(tree.device, True):
+    if _fused(tree.device, fits=True):
         return verify_tensors_fused(tree, prefix_lens, prefix_lens_sum)
     return verify_tensors(tree, prefix_lens, prefix_lens_sum)

@@ -55,7 +55,7 @@ def make_inputs(bs: int, vocab: int, dtype: torch.dtype, kind: str, seed: int = 
     return [base] + [base.clone() for _ in range(copies - 1)]
 
 
-def time_us(calls: list[Callable[[], object]], graph: bool, reps: int = 20) -> float:
+def time_us(calls: list[Callable[[], object]], *, graph: bool, reps: int = 20) -> float:
     """Median microseconds per call, over ``reps`` runs of all ``calls`` back to back."""
     for call in calls:
         call()  # compile, allocator warm-up
@@ -125,7 +125,7 @@ def bench_shape(inputs: list[torch.Tensor], bs: int, k: int, config: TopKConfig 
         for mode in ("graph", "eager") if not name.startswith("fused_") else ("graph",):
             try:
                 row[f"{name}_{mode}_us"] = time_us(calls, graph=mode == "graph", reps=reps)
-            except Exception as e:  # e.g. an op that cannot be captured: keep the other columns
+            except Exception as e:  # noqa: BLE001 - e.g. an op that cannot be captured: keep the other columns
                 row[f"{name}_{mode}_error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]
                 row[f"{name}_{mode}_us"] = float("nan")
     row["fused_over_floor"] = row["fused_graph_us"] / row["floor_us"]
@@ -179,10 +179,10 @@ def sweep(bss: list[int], dtype: torch.dtype, reps: int, stages: tuple[str, ...]
                 exact = all(check_exact(inputs[bs][0], TARGET_K, config, refs[bs])["exact"] for bs in bss)
                 trial["exact"] = exact
                 for bs in bss:
-                    calls = [lambda x=x: topk_lse(x, TARGET_K, config=config) for x in inputs[bs]]
+                    calls = [lambda x=x, c=config: topk_lse(x, TARGET_K, config=c) for x in inputs[bs]]
                     trial["us"][bs] = time_us(calls, graph=True, reps=reps)
                 trial["score"] = max(trial["us"][bs] / TARGETS_US.get(bs, trial["us"][bs]) for bs in bss)
-            except Exception as e:  # a variant that fails to compile or run is recorded, not fatal
+            except Exception as e:  # noqa: BLE001 - a variant that fails to compile or run is recorded, not fatal
                 trial["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
             trials.append(trial)
             print(json.dumps(trial), flush=True)
@@ -202,8 +202,8 @@ def _print_table(rows: list[dict]) -> None:
         if "error" in r:
             print(f"{r['bs']:>3} {r['k']:>4} {r['vocab']:>6} {r['kind']:>10} ERROR {r['error']}")
             continue
-        print(f"{r['bs']:>3} {r['k']:>4} {r['vocab']:>6} {r.get('kind', ''):>10} {str(r['exact']):>5} "
-              f"{r['fused_graph_us']:8.1f} {r['fused_eager_us'] if 'fused_eager_us' in r else 0:8.1f} "
+        print(f"{r['bs']:>3} {r['k']:>4} {r['vocab']:>6} {r.get('kind', ''):>10} {r['exact']!s:>5} "
+              f"{r['fused_graph_us']:8.1f} {r.get('fused_eager_us', 0):8.1f} "
               f"{r['fused_stream_graph_us']:8.1f} {r['torch_topk_graph_us']:8.1f} "
               f"{r['log_softmax_topk_graph_us']:9.1f} {r['read_once_graph_us']:7.1f} {r['floor_us']:6.1f} "
               f"{r['fused_over_floor']:7.2f} {r.get('target_us', float('nan')):6.0f}"
@@ -239,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     dtype = DTYPES[args.dtype]
     result: dict = {
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "commit": _revision(),
         "device": torch.cuda.get_device_name(),
         "sms": torch.cuda.get_device_properties(0).multi_processor_count,
@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
             inputs = make_inputs(bs, vocab, dtype, kind)
             row.update(bench_shape(inputs, bs, k, config, args.reps))
             del inputs
-        except Exception as e:  # record and go on: one broken shape must not lose the others
+        except Exception as e:  # noqa: BLE001 - record and go on: one broken shape must not lose the others
             row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
         rows.append(row)
         print(json.dumps(row), flush=True)

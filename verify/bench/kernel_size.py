@@ -51,7 +51,8 @@ def _compile(fn, constants: dict[str, int], values: dict[str, int], num_warps: i
     source = ASTSource(fn=fn, signature=signature,
                        constexprs={(names.index(n),): v for n, v in constants.items()},
                        attrs={(names.index(n),): [["tt.divisibility", 16]] for n in aligned})
-    return triton.compile(source, target=GPUTarget("cuda", arch, 32), options={"num_warps": num_warps, **({"maxnreg": maxnreg} if maxnreg else {})}).asm["cubin"]
+    options = {"num_warps": num_warps, **({"maxnreg": maxnreg} if maxnreg else {})}
+    return triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options).asm["cubin"]
 
 
 def _cuobjdump() -> Path:
@@ -99,7 +100,8 @@ def tree_kernel_size(budget: int, horizon: int = 15, num_warps: int = 8, arch: i
 def _setting(text: str) -> tuple[str, int]:
     name, _, value = text.partition("=")
     if not value.strip().lstrip("-").isdigit():
-        raise argparse.ArgumentTypeError(f"--set takes NAME=INT (got {text!r})")
+        msg = f"--set takes NAME=INT (got {text!r})"
+        raise argparse.ArgumentTypeError(msg)
     return name.strip(), int(value)
 
 

@@ -45,6 +45,7 @@ def work(tmp_path: Path, monkeypatch) -> Path:
 
 
 def bench_args(*extra: str, out: str = "out.jsonl") -> list[str]:
+    """The `repro bench` argv over the test profiles and models, writing ``out``."""
     return ["bench", "--profile-file", "profiles.toml", "--models-dir", "models",
             "--max-new-tokens", "24", "--warmup", "1", "-o", out, *extra]
 
@@ -56,6 +57,7 @@ def requests_of(path: Path) -> list[tuple[str, int]]:
 
 
 def wait_for_requests(path: Path, count: int, proc: subprocess.Popen[bytes]) -> None:
+    """Wait until ``path`` holds ``count`` request records while ``proc`` still runs."""
     deadline = time.monotonic() + 60
     while not (path.exists() and len(requests_of(path)) >= count):
         assert proc.poll() is None and time.monotonic() < deadline, "bench ended too early"
@@ -199,7 +201,7 @@ class TestCrashes:
             assert time.monotonic() < deadline, "the orphaned server is still running"
             time.sleep(0.05)
         done = len(requests_of(work / "out.jsonl"))
-        with open(work / "out.jsonl", "a") as f:
+        with (work / "out.jsonl").open("a") as f:
             f.write('{"kind": "request", "cell": {"prof')  # a line torn by the crash
         resumed = self._spawn(work, "--resume")
         _, err = resumed.communicate(timeout=120)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 from hypothesis import given
@@ -44,7 +46,7 @@ class TestMergeTopk:
         vocab = x.shape[-1]
         bounds = torch.linspace(0, vocab, shards + 1).round().long().tolist()
         parts = []
-        for lo, hi in zip(bounds, bounds[1:]):
+        for lo, hi in itertools.pairwise(bounds):
             if hi > lo:
                 p = topk_logprobs(x[..., lo:hi], k)
                 parts.append(type(p)(p.logits, p.ids + lo, p.lse, vocab))

@@ -19,6 +19,7 @@ WORKED = torch.tensor([[0.05, 0.60, 0.25, 0.07, 0.03], [0.50, 0.04, 0.10, 0.30, 
 
 
 def assert_same_tree(a: DraftTree, b: DraftTree, row_a: int = 0, row_b: int = 0) -> None:
+    """Assert row ``row_a`` of ``a`` and row ``row_b`` of ``b`` are the same tree."""
     for name in ("tokens", "parents", "depths", "scores"):
         assert torch.equal(getattr(a, name)[row_a], getattr(b, name)[row_b]), name
     assert int(a.num_nodes[row_a]) == int(b.num_nodes[row_b])
@@ -36,8 +37,8 @@ class TestWorkedExample:
     def test_spec_table(self, budget, tokens, depths, parents, probs):
         """The spec §6 table reproduces exactly: tokens, depths, parents, prefix probabilities."""
         tree = build_trees(WORKED[None], budget, torch.tensor([42]))
-        assert tree.tokens[0].tolist() == [42] + tokens
-        assert tree.depths[0].tolist() == [0] + depths
+        assert tree.tokens[0].tolist() == [42, *tokens]
+        assert tree.depths[0].tolist() == [0, *depths]
         assert tree.parents[0].tolist() == parents
         assert [math.exp(s) for s in tree.scores[0, 1:].tolist()] == pytest.approx(probs, rel=1e-6)
 
@@ -171,7 +172,7 @@ class TestChainAndMonotonicity:
         vocab = x.shape[-1]
         intended = torch.randint(0, vocab, (x.shape[0], x.shape[1] + 1), generator=g)
         last = None
-        for budget in range(0, 3 * vocab + 3):
+        for budget in range(3 * vocab + 3):
             tree = build_trees(x, budget, torch.zeros(x.shape[0], dtype=torch.int64))
             tau = walk(tree, _path_target(tree, intended, vocab)).accept_len
             if last is not None:

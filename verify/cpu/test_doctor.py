@@ -75,6 +75,7 @@ class Machine:
 
 @pytest.fixture
 def machine(monkeypatch, tmp_path):
+    """A fake machine for `repro doctor`, set up by its builder methods."""
     return Machine(monkeypatch, tmp_path)
 
 
@@ -84,8 +85,8 @@ class TestHardware:
         monkeypatch.setenv("PATH", str(tmp_path / "empty"))
         code, checks = machine.run(capsys=capsys)
         assert code == 1
-        assert checks["gpu"] == ("FAIL", "no GPU: nvidia-smi not found on PATH  -> run on the GPU host; "
-                                         "on this machine only the software checks mean anything")
+        assert checks["gpu"] == ("FAIL", ("no GPU: nvidia-smi not found on PATH  -> run on the GPU host; "
+                                          "on this machine only the software checks mean anything"))
         assert checks["triton-kernel"][0] == checks["libcuda"][0] == checks["topology"][0] == "skip"
 
     def test_driver_not_loaded(self, machine, monkeypatch, tmp_path, capsys):
@@ -205,8 +206,8 @@ class TestProbes:
         """A Triton JIT failure on Python.h becomes one FAIL line with its remedy."""
         machine.probe_results["triton"] = (False, (DOCTOR / "triton" / "python-h.txt").read_text())
         _, checks = machine.gpus("h200x1.csv").installed("pinned.json").run(capsys=capsys)
-        assert checks["triton-kernel"] == ("FAIL", "Python headers are missing  -> install the Python headers "
-                                                   "(python3.12-dev) or use `nix develop .#sm90`")
+        assert checks["triton-kernel"] == ("FAIL", ("Python headers are missing  -> install the Python headers "
+                                                    "(python3.12-dev) or use `nix develop .#sm90`"))
 
     def test_sglang_import_failure(self, machine, capsys):
         """A failing `import sglang.launch_server` shows its last line."""

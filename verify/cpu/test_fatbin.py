@@ -17,6 +17,7 @@ HAS_ZSTD = sys.version_info >= (3, 14) or shutil.which("zstd") is not None
 
 
 def labels(codes) -> list[str]:
+    """The labels of ``codes``, sorted."""
     return [c.label for c in sorted(codes)]
 
 

@@ -24,6 +24,7 @@ def house(tmp_path, monkeypatch):
 
 
 def install(house, site, *extra: str) -> int:
+    """Run `repro install-offline` on the wheelhouse ``house`` into ``site``."""
     directory, lock = house
     return cli.main(["install-offline", str(directory), "--site", str(site), "--lock", str(lock), *extra])
 

@@ -35,7 +35,8 @@ def locked_sha256(filename: str) -> str:
         for wheel in pkg.get("wheels", []):
             if wheel["url"].rsplit("/", 1)[-1] == filename:
                 return wheel["hash"].removeprefix("sha256:")
-    raise AssertionError(f"uv.lock pins no wheel named {filename}")
+    msg = f"uv.lock pins no wheel named {filename}"
+    raise AssertionError(msg)
 
 
 @pytest.fixture(scope="session")
@@ -54,7 +55,7 @@ def wheel() -> Path:
     return path
 
 
-@pytest.fixture()
+@pytest.fixture
 def site(wheel, tmp_path) -> Path:
     """A site directory holding the wheel's dist-info and every file the series names."""
     wanted = {fp.path for p in patch.load_series(SGLANG) for fp in p.files}
@@ -168,5 +169,5 @@ class TestHunks:
 
     def test_garbage_is_rejected(self):
         """A file without any unified diff is a ValueError naming the patch."""
-        with pytest.raises(ValueError, match="bad.patch: contains no file diff"):
+        with pytest.raises(ValueError, match=r"bad\.patch: contains no file diff"):
             patch.parse_patch("bad.patch", "just prose\n")

@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 
 from repro.errors import UsageError
-from repro.profiles import (Profile, get_profile, load_profiles, load_thresholds, model_path,
-                            models_dir)
+from repro.profiles import Profile, get_profile, load_profiles, load_thresholds, model_path, models_dir
 from repro.stack import load_stack
 from verify.fake_sglang import write_profiles
 
@@ -144,10 +143,10 @@ class TestThresholds:
         assert load_thresholds(path)["a"].tau_floor == {"DDTREE": 2.0}
 
     @pytest.mark.parametrize(("text", "message"), [
-        ('[sets.a.tau-floor]\nDDTREE = 2\n', r"set 'a'\.tau-floor: key 'source' is required"),
+        ("[sets.a.tau-floor]\nDDTREE = 2\n", r"set 'a'\.tau-floor: key 'source' is required"),
         ('[sets.a.tau-floor]\nEAGLE = 2\nsource = "s"\n', r"key 'EAGLE' is not a known key"),
         ('[sets.a.tp-over-ep]\nmin = "1"\nsource = "s"\n', r"key 'min' must be int or float"),
-        ('[sets.a]\nat = { concurrency = 0 }\n', r"key 'concurrency' must be an integer >= 1"),
+        ("[sets.a]\nat = { concurrency = 0 }\n", r"key 'concurrency' must be an integer >= 1"),
     ])
     def test_bad_threshold_set_is_one_line(self, tmp_path: Path, text: str, message: str) -> None:
         """A malformed threshold set raises one UsageError line naming the key."""

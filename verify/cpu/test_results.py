@@ -8,8 +8,18 @@ from pathlib import Path
 import pytest
 
 from repro.errors import UsageError
-from repro.results import (HEADERS, ResultsWriter, finished, format_table, label_order,
-                           load_records, percentile, read_records, summarize, table_rows)
+from repro.results import (
+    HEADERS,
+    ResultsWriter,
+    finished,
+    format_table,
+    label_order,
+    load_records,
+    percentile,
+    read_records,
+    summarize,
+    table_rows,
+)
 from verify.benchdata import cell, request
 
 

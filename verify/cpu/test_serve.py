@@ -19,6 +19,7 @@ from verify.fake_sglang import make_models, subprocess_env, write_profiles
 
 @pytest.fixture
 def work(tmp_path: Path) -> Path:
+    """A directory with fake models and a profiles file of fake servers."""
     make_models(tmp_path / "models")
     write_profiles(tmp_path / "profiles.toml", {
         "fake": {},
@@ -30,6 +31,7 @@ def work(tmp_path: Path) -> Path:
 
 
 def serve(work: Path, *args: str) -> subprocess.Popen[str]:
+    """Start `repro serve` in ``work`` against the fake SGLang."""
     argv = [sys.executable, "-m", "repro.cli", "serve", "--profile-file", "profiles.toml",
             "--models-dir", "models", *args]
     env = subprocess_env(FAKE_SGLANG_PIDFILE=str(work / "server.pid"))

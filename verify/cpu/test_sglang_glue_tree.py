@@ -67,6 +67,7 @@ print("fused path ok")
 def test_forced_fused_path_matches_under_the_interpreter():
     """REPRO_DDTREE_KERNELS=fused runs the Triton kernels (interpreted on CPU) with equal results."""
     env = {**os.environ, "TRITON_INTERPRET": "1", KERNELS_ENV: "fused", "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False)
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "fused path ok" in proc.stdout

@@ -11,13 +11,13 @@ import pytest
 
 from repro.errors import ReproError, UsageError
 from repro.profiles import Profile, load_profiles
-from repro.sglang_server import (SGLangServer, check_models, free_port, log_tail, port_is_free,
-                                 server_argv, server_env)
+from repro.sglang_server import SGLangServer, check_models, free_port, log_tail, port_is_free, server_argv, server_env
 from verify.fake_sglang import REPO, make_models, write_profiles
 
 
 @pytest.fixture
 def models(tmp_path: Path) -> Path:
+    """A fake models directory."""
     return make_models(tmp_path / "models")
 
 

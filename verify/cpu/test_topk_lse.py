@@ -80,7 +80,7 @@ class TestInterpreted:
     def test_shards_carry_global_ids(self, interpreted):
         """Vocab-shard views with an id offset give the shard's exact top-K with global ids."""
         inputs, outputs = interpreted
-        for case, out in zip(inputs[len(CASES):], outputs[len(CASES):]):
+        for case, out in zip(inputs[len(CASES):], outputs[len(CASES):], strict=True):
             assert out[0].shape == (2, 2, 9) and out[2].shape == (2, 2)
             assert_exact(case["x"], 9, out, case["id_offset"])
 
@@ -130,7 +130,7 @@ class TestArguments:
 
     def test_integer_logits_are_an_error(self):
         """Only bf16, fp16 and fp32 logits are accepted."""
-        with pytest.raises(ValueError, match="x.dtype must be bfloat16, float16 or float32 .got torch.int64"):
+        with pytest.raises(ValueError, match=r"x\.dtype must be bfloat16, float16 or float32 \(got torch\.int64"):
             topk_lse(torch.zeros(2, 10, dtype=torch.int64), 1)
 
     def test_negative_offset_is_an_error(self):

@@ -33,7 +33,7 @@ class TestGreedyLossless:
         ar = decode_ar(target, prompts, 40, Sampling())
         dd = decode_ddtree(target, drafter, prompts, 40, budget, Sampling())
         assert dd.tokens == ar.tokens
-        for ar_h, dd_h in zip(ar.hidden, dd.hidden):
+        for ar_h, dd_h in zip(ar.hidden, dd.hidden, strict=True):
             common = min(len(ar_h), len(dd_h))
             assert torch.allclose(torch.stack(ar_h[:common]), torch.stack(dd_h[:common]), rtol=0, atol=1e-12)
         if budget >= 16:  # the tree really took side branches and multi-token rounds

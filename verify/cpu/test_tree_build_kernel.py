@@ -55,7 +55,8 @@ def test_fused_kernels_equal_the_torch_path_under_the_interpreter():
     at B 64 / 200 (depths that prune, compact or sort every pair): trees and verify tensors (FULL
     mask sized exactly and by an upper bound) match exactly, with strided roots and prefix lengths."""
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False)
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "18 cases equal" in proc.stdout
 

@@ -30,6 +30,7 @@ def rows(profile: str = "tp", *, ar_end: float = 2.0, tree_verify: int = 16,
 
 
 def by_check(verdicts: list) -> dict:
+    """Verdicts keyed by (check, the algorithm named in the subject)."""
     return {(v.check, v.subject.split()[1]): v for v in verdicts}
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -22,11 +23,13 @@ def served(tmp_path, monkeypatch):
 
 
 def build(served, out, *extra: str) -> int:
+    """Run `repro wheelhouse` for sm90 from the fake serve set into ``out``."""
     return cli.main(["wheelhouse", "--target", "sm90", "--cache", str(served.cache), "--lock", str(served.lock),
                      *extra, str(out)])
 
 
 def manifest(out) -> dict:
+    """The manifest.json of the wheelhouse ``out``."""
     return json.loads((out / "manifest.json").read_text())
 
 
@@ -100,7 +103,7 @@ class TestDownload:
 
         def fake_pip(command, **kwargs):
             requirements = command[command.index("--requirement") + 1]
-            calls.append((command, open(requirements).read()))
+            calls.append((command, Path(requirements).read_text()))
             shutil.copy(stash / served.wheels["fakeserver"].name, command[command.index("--dest") + 1])
             return type("Done", (), {"returncode": 0})()
 

@@ -32,7 +32,8 @@ def test_golden_case_on_cuda(entry, spec):
     """Every golden case re-derives with the batched path on the GPU: trees, masks, pointers and
     walks bit-for-bit; scores to SCORE_ATOL (CUDA's logsumexp rounds differently from the CPU's)."""
     inputs, stored = goldenset.load_case(GOLDEN, entry)
-    assert goldenset.mismatches(stored, goldenset.derive(inputs, spec.budget, "batched", "cuda"), score_atol=goldenset.SCORE_ATOL) == []
+    derived = goldenset.derive(inputs, spec.budget, "batched", "cuda")
+    assert goldenset.mismatches(stored, derived, score_atol=goldenset.SCORE_ATOL) == []
 
 
 @settings(max_examples=300)
@@ -96,9 +97,9 @@ def test_cuda_graph_replay_equals_eager(budget):
     for seed in (1, 2):
         new = _inputs(budget=budget, seed=seed)
         new[2].fill_(99)
-        for s, n in zip(static, new):
+        for s, n in zip(static, new, strict=True):
             s.copy_(n)
         graph.replay()
         eager = _round(*new[:3], lens_sum, *new[3:], budget)
-        for a, b in zip(outs, eager):
+        for a, b in zip(outs, eager, strict=True):
             assert torch.equal(a, b)

@@ -3,6 +3,8 @@ over dtypes, k, vocab sizes and adversarial rows; vocab shards; graph capture; n
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
@@ -45,7 +47,7 @@ def test_vocab_shards_merge_to_the_whole_row(k):
     vocab, bounds = 163840, [0, 50000, 100003, 163840]
     x = make_logits("random", 2 * 15, vocab, torch.bfloat16, seed=7).view(2, 15, vocab).cuda()
     parts = []
-    for lo, hi in zip(bounds, bounds[1:]):
+    for lo, hi in itertools.pairwise(bounds):
         out = topk_lse(x[..., lo:hi], k, id_offset=lo)
         assert_exact(x[..., lo:hi], k, out, lo)
         parts.append(TopK(*out, vocab_size=vocab))
@@ -74,7 +76,7 @@ def test_cuda_graph_replay_equals_eager():
     for seed, kind in ((12, "peaked"), (13, "tied")):
         static.copy_(make_logits(kind, 120, 163840, torch.bfloat16, k=256, seed=seed).cuda())
         graph.replay()
-        for a, b in zip(outs, topk_lse(static, 256)):
+        for a, b in zip(outs, topk_lse(static, 256), strict=True):
             assert torch.equal(a, b)
 
 

@@ -92,5 +92,5 @@ def test_fused_round_is_sync_free_and_graph_replayable():
         x.copy_(nx)
         target.copy_(nt)
         graph.replay()
-        for a, b in zip(outs, round_(nx, nt)):
+        for a, b in zip(outs, round_(nx, nt), strict=True):
             assert torch.equal(a, b)

@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 READY = "fired up and ready to roll"
@@ -57,7 +57,7 @@ def server(name: str, args: list[str], *, port: int, env: dict[str, str] | None 
     log_path = out_dir() / f"srv_{name}.log"
     full_env = {**os.environ, "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost",
                 "PYTHONUNBUFFERED": "1", **(env or {})}
-    with open(log_path, "w") as log:
+    with log_path.open("w") as log:
         proc = subprocess.Popen([sys.executable, "-m", "sglang.launch_server", *args, "--port", str(port)],
                                 stdout=log, stderr=subprocess.STDOUT, env=full_env, start_new_session=True)
     t0 = time.time()
@@ -65,7 +65,8 @@ def server(name: str, args: list[str], *, port: int, env: dict[str, str] | None 
         while READY not in log_path.read_text(errors="replace"):
             if proc.poll() is not None or time.time() - t0 > timeout:
                 tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-30:])
-                raise RuntimeError(f"server {name} did not start (rc={proc.poll()}):\n{tail}")
+                msg = f"server {name} did not start (rc={proc.poll()}):\n{tail}"
+                raise RuntimeError(msg)
             time.sleep(1)
         print(f"[e2e] {name} ready after {time.time() - t0:.0f}s", flush=True)
         yield f"http://127.0.0.1:{port}"
@@ -82,17 +83,15 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.wait()
     except ProcessLookupError:
         pass
-    try:  # children left in the group after the leader exited
+    with suppress(ProcessLookupError):  # children left in the group after the leader exited
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def generate(url: str, input_ids, sampling_params: dict, timeout: float = 300, extra: dict | None = None):
     """POST /generate with token ids (one prompt or a list); returns the JSON response."""
     payload = {"input_ids": input_ids, "sampling_params": sampling_params, **(extra or {})}
     body = json.dumps(payload).encode()
-    req = urllib.request.Request(f"{url}/generate", data=body, headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(f"{url}/generate", data=body, headers={"Content-Type": "application/json"})  # noqa: S310 - our server's http URL
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     with opener.open(req, timeout=timeout) as resp:
         return json.loads(resp.read())

@@ -52,8 +52,8 @@ class TestMlaMoe:
     def test_random_mla_target_diverges_from_ar_only_at_near_ties(self, mla_runs):
         """On the random MLA + MoE target each first divergence sits on a bf16 near-tie of AR."""
         far, same = [], 0
-        for a, d in zip(mla_runs["ar-mla-random"], mla_runs["ddtree-mla-random"]):
-            first = next((i for i, (x, y) in enumerate(zip(a["output_ids"], d["output_ids"])) if x != y), None)
+        for a, d in zip(mla_runs["ar-mla-random"], mla_runs["ddtree-mla-random"], strict=True):
+            first = next((i for i, (x, y) in enumerate(zip(a["output_ids"], d["output_ids"], strict=False)) if x != y), None)
             if first is None:
                 same += 1
                 continue

@@ -87,7 +87,7 @@ def chi_square(counts: Counter, probs: dict, n: int) -> tuple[float, int]:
 
 def _pairs(responses: list[dict], planted: dict) -> Counter:
     ranked = {t for row in planted["ranked"] for t in row}
-    norm = lambda t: t if t in ranked else -1
+    norm = lambda t: t if t in ranked else -1  # noqa: E731
     out = Counter()
     for r in responses:
         t2, t3 = r["output_ids"][1], r["output_ids"][2]
@@ -134,8 +134,8 @@ class TestRandomTarget:
     def test_divergences_from_ar_are_near_ties(self, random_pair):
         """Where DDTREE first differs from AR, AR's top-2 log-prob gap is at most NEAR_TIE."""
         far = []
-        for a, d in zip(random_pair["ar"], random_pair["ddtree"]):
-            first = next((i for i, (x, y) in enumerate(zip(a["output_ids"], d["output_ids"])) if x != y), None)
+        for a, d in zip(random_pair["ar"], random_pair["ddtree"], strict=True):
+            first = next((i for i, (x, y) in enumerate(zip(a["output_ids"], d["output_ids"], strict=False)) if x != y), None)
             if first is None:
                 continue
             top = a["meta_info"]["output_top_logprobs"][first]

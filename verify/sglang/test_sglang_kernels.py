@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-
 from pathlib import Path
 
 import pytest
@@ -162,7 +161,7 @@ class TestTreeKernels:
         n = tree.n
         g = torch.Generator(device="cuda").manual_seed(5)
         probs1 = torch.softmax(torch.randn(1, n, vocab, device="cuda", generator=g) * 1.5, -1)
-        expand = lambda t: t.expand(bs, *t.shape[1:]).contiguous()
+        expand = lambda t: t.expand(bs, *t.shape[1:]).contiguous()  # noqa: E731
         cands = expand(vt.input_ids.view(1, n))
         index = torch.arange(bs * n, device="cuda").view(bs, n)
         width = tree.horizon + 1

@@ -2,7 +2,8 @@
 
 
 def _unavailable(*args: object, **kwargs: object) -> None:
-    raise RuntimeError("IPython is a stub in this install (repro install-offline): install IPython")
+    msg = "IPython is a stub in this install (repro install-offline): install IPython"
+    raise RuntimeError(msg)
 
 
 HTML = _unavailable

@@ -10,4 +10,5 @@ __repro_stub__ = True
 def __getattr__(name: str) -> object:
     if name.startswith("__"):
         raise AttributeError(name)
-    raise RuntimeError(f"soundfile.{name}: soundfile is a stub in this install (repro install-offline)")
+    msg = f"soundfile.{name}: soundfile is a stub in this install (repro install-offline)"
+    raise RuntimeError(msg)
