@@ -4,11 +4,12 @@
 #   bash verify/device/kernels.sh tests   # GPU correctness tests + pytest-benchmark smoke  (~3-5 min)
 #   bash verify/device/kernels.sh sweep   # select + key-size sweep, then the full JSON table (~5-8 min)
 #   bash verify/device/kernels.sh bench   # the full JSON table with the default config     (~2-3 min)
-#   bash verify/device/kernels.sh profile # Nsight Compute: top-K kernels at bs 1, 8, 64, tree and
-#                                         # verify kernels at bs 32, B 64 and 256             (~3 min)
+#   bash verify/device/kernels.sh profile # Nsight Compute: top-K kernels at bs 1 and 32, tree and
+#                                         # verify kernels at bs 32, B 256, peaked drafter    (~4 min)
 #
 # Logs and JSON go to $OUT (default build/device): tests.log, junit-topk.xml, pytest-bench.json,
-# bench.log, bench_topk.json, profile.log, ncu.txt, topk.ncu-rep, gpu.txt. Exit status is non-zero
+# bench.log, bench_topk.json, profile.log, ncu.txt, topk.ncu-rep,
+# source_sass.csv.xz, source_py.csv.xz (per-instruction / per-line stall samples), gpu.txt. Exit status is non-zero
 # if a test failed or a result was not exact. Each phase fits in one 10-minute device command.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -45,24 +46,28 @@ import torch
 from repro.ddtree import TopK
 from repro.kernels.topk_lse import topk_lse
 from repro.kernels.tree_build import build_trees_fused, verify_tensors_fused
-for bs in (1, 8, 64):
-    x = (torch.randn(bs * 15, 163840, device="cuda") * 3).to(torch.bfloat16)
-    topk_lse(x, 256)  # compile; the second call is the one to read
-    torch.cuda.synchronize()
-    topk_lse(x, 256)
-    torch.cuda.synchronize()
-for budget in (64, 256):
-    x = (torch.randn(32, 15, 163840, device="cuda") * 3).to(torch.bfloat16)
-    topk = TopK(*topk_lse(x, budget), 163840)
-    roots, lens = torch.zeros(32, dtype=torch.int64, device="cuda"), torch.full((32,), 1000, device="cuda")
+from verify.bench.bench_tree import draft_logits
+for bs in (1, 32):
+    x = draft_logits(bs, 15, 163840, "randn", "cuda")
     for _ in range(2):  # compile, then the launch to read
-        verify_tensors_fused(build_trees_fused(topk, budget, roots), lens, 32000)
+        topk_lse(x, 256)
         torch.cuda.synchronize()
+x = draft_logits(32, 15, 163840, "peaked", "cuda")
+topk = TopK(*topk_lse(x, 256), 163840)
+roots, lens = torch.zeros(32, dtype=torch.int64, device="cuda"), torch.full((32,), 1000, device="cuda")
+for _ in range(2):
+    verify_tensors_fused(build_trees_fused(topk, 256, roots), lens, 32000)
+    torch.cuda.synchronize()
 PY
-  timeout 570 "$ncu" --clock-control none --set full -k 'regex:stream_kernel|select_kernel|tree_kernel|verify_kernel' -f -o "$OUT/topk" \
+  timeout 450 "$ncu" --clock-control none --set full --import-source yes \
+    -k 'regex:stream_kernel|select_kernel|tree_kernel|verify_kernel' -f -o "$OUT/topk" \
     "$PY" /tmp/topk_profile.py 2>&1 | tail -40 | tee "$OUT/profile.log"
   rc=${PIPESTATUS[0]}
   "$ncu" --import "$OUT/topk.ncu-rep" --page details >"$OUT/ncu.txt" 2>&1
+  # per-instruction stall samples (SASS) and per-line (Python source) of the kernels read above
+  "$ncu" --import "$OUT/topk.ncu-rep" --page source --csv --print-source sass >"$OUT/source_sass.csv" 2>&1
+  "$ncu" --import "$OUT/topk.ncu-rep" --page source --csv --print-source cuda >"$OUT/source_py.csv" 2>&1
+  xz -T0 -6 "$OUT/source_sass.csv" "$OUT/source_py.csv"
   ;;
 *)
   echo "kernels.sh: phase must be tests, sweep, bench or profile (got $phase)" >&2
