@@ -6,10 +6,12 @@ Two launches, one pass over the logits:
    tokens it writes a 16-bit order key of the group's maximum, and per split the running
    (max, sum of exp) of the logsumexp.
 2. ``select_kernel`` (grid rows) merges the lse partials, finds by a bitwise binary search over
-   the group keys the threshold ``tb`` that at least ``K`` groups reach (so at least ``K`` tokens do,
-   and every top-K token does), re-reads only the groups that reach it, compacts the tokens that reach
-   it, and sorts those few candidates exactly. A row with more candidates than ``CAP`` (ties,
-   sorted rows) takes an exact slow path: a running top-K over the whole row in id order.
+   the group keys (held in registers: one tile of ``MB`` keys, or a head of ``MB`` plus a tail of
+   ``MT`` when those two cover the row) the threshold ``tb`` that at least ``K`` groups reach (so
+   at least ``K`` tokens do, and every top-K token does), re-reads only the groups that reach
+   it, compacts the tokens that reach it, and sorts those few candidates exactly. A row with more
+   candidates than ``CAP`` (ties, sorted rows) takes an exact slow path: a running top-K over the
+   whole row in id order.
    Both paths share one sort, so the kernel compiles one bitonic network.
 
 Exact order: a token's sort key is the int64 ``(ordered float32 bits << 32) | (2**32 - 1 - id)``,
@@ -131,19 +133,26 @@ def _biased_keys(gk_row, gi, M):
 
 
 @triton.jit
-def _count_reaching(gk_row, M, u0, t, MB: tl.constexpr):
-    """How many biased group keys are >= ``t`` (>= 1); ``u0``: the first MB keys, -1 padded."""
+def _count_reaching(gk_row, M, u0, u1, t, MB: tl.constexpr, MT: tl.constexpr):
+    """How many biased group keys are >= ``t`` (>= 1).
+
+    ``u0``: the first MB keys, -1 padded. With a tail (``MT > 0``) ``u1`` holds the keys from MB on
+    and the two cover the row; without, blocks of MB keys past the head are loaded here.
+    """
     n = tl.sum((u0 >= t).to(tl.int32), axis=0)
-    mo = tl.arange(0, MB)
-    for c in range(MB, M, MB):
-        gi = c + mo
-        u = _biased_keys(gk_row, gi, M)
-        n += tl.sum((u >= t).to(tl.int32), axis=0)
+    if MT > 0:
+        n += tl.sum((u1 >= t).to(tl.int32), axis=0)
+    else:
+        mo = tl.arange(0, MB)
+        for c in range(MB, M, MB):
+            gi = c + mo
+            u = _biased_keys(gk_row, gi, M)
+            n += tl.sum((u >= t).to(tl.int32), axis=0)
     return n
 
 
 @triton.jit
-def _threshold(gk_row, M, K, u0, MB: tl.constexpr, UNROLL: tl.constexpr):
+def _threshold(gk_row, M, K, u0, u1, MB: tl.constexpr, MT: tl.constexpr, UNROLL: tl.constexpr):
     """Largest biased 16-bit key ``tb`` that at least ``K`` group keys reach (0 if fewer than K).
 
     Bitwise binary search from the top bit: 16 counts over the keys held in registers, the loop
@@ -153,25 +162,35 @@ def _threshold(gk_row, M, K, u0, MB: tl.constexpr, UNROLL: tl.constexpr):
     step = K * 0 + (1 << 15)
     for _ in tl.range(0, 16, loop_unroll_factor=UNROLL):
         t = tb + step
-        tb = tl.where(_count_reaching(gk_row, M, u0, t, MB) >= K, t, tb)
+        tb = tl.where(_count_reaching(gk_row, M, u0, u1, t, MB, MT) >= K, t, tb)
         step = step >> 1
     return tb
 
 
 @triton.jit
-def _compact_groups(gk_row, gidx_row, M, tb, u0, MB: tl.constexpr, CAP: tl.constexpr):
-    """Write the ids of groups whose key reaches ``tb`` (ascending, first CAP); return their count."""
+def _append_groups(gidx_row, gi, u, tb, nsel, CAP: tl.constexpr):
+    """After the ``nsel`` listed groups, list those of ids ``gi`` whose keys ``u`` reach ``tb``
+    (in order, list slots below CAP); return the new count."""
+    sel = (u >= tb).to(tl.int32)
+    pos = nsel + tl.cumsum(sel, axis=0) - 1
+    tl.store(gidx_row + pos, gi, mask=(sel > 0) & (pos < CAP))
+    return nsel + tl.sum(sel, axis=0)
+
+
+@triton.jit
+def _compact_groups(gk_row, gidx_row, M, tb, u0, u1, MB: tl.constexpr, MT: tl.constexpr, CAP: tl.constexpr):
+    """Write the ids of groups whose key reaches ``tb`` (ascending, first CAP); return their count.
+
+    Keys as in :func:`_count_reaching`: head ``u0``, then the tail ``u1`` or blocks loaded here.
+    """
     mo = tl.arange(0, MB)
-    sel = (u0 >= tb).to(tl.int32)
-    pos = tl.cumsum(sel, axis=0) - 1
-    tl.store(gidx_row + pos, mo, mask=(sel > 0) & (pos < CAP))
-    nsel = tl.sum(sel, axis=0)
-    for c in range(MB, M, MB):
-        gi = c + mo
-        sel = (_biased_keys(gk_row, gi, M) >= tb).to(tl.int32)
-        pos = nsel + tl.cumsum(sel, axis=0) - 1
-        tl.store(gidx_row + pos, gi, mask=(sel > 0) & (pos < CAP))
-        nsel += tl.sum(sel, axis=0)
+    nsel = _append_groups(gidx_row, mo, u0, tb, 0, CAP)
+    if MT > 0:
+        nsel = _append_groups(gidx_row, MB + tl.arange(0, MT), u1, tb, nsel, CAP)
+    else:
+        for c in range(MB, M, MB):
+            gi = c + mo
+            nsel = _append_groups(gidx_row, gi, _biased_keys(gk_row, gi, M), tb, nsel, CAP)
     return nsel
 
 
@@ -241,7 +260,7 @@ def _top_keys(row, V, K, tb, cand_row, ncand, K_P: tl.constexpr, CAP: tl.constex
 def select_kernel(
     x_ptr, stride_row, V, M, S, K, id_offset,
     gkey_ptr, part_ptr, gidx_ptr, cand_ptr, val_ptr, id_ptr, lse_ptr,
-    MB: tl.constexpr, G: tl.constexpr, GT: tl.constexpr,
+    MB: tl.constexpr, MT: tl.constexpr, G: tl.constexpr, GT: tl.constexpr,
     K_P: tl.constexpr, CAP: tl.constexpr, UNROLL: tl.constexpr,
 ):
     """Per row: logsumexp, then the exact top-K (value desc, id asc) from the few candidates."""
@@ -249,15 +268,17 @@ def select_kernel(
     row = x_ptr + r * stride_row
 
     gk_row = gkey_ptr + r * M
-    mo = tl.arange(0, MB)
-    u0 = _biased_keys(gk_row, mo, M)
+    u0 = _biased_keys(gk_row, tl.arange(0, MB), M)
+    u1 = u0  # the tail tile: none unless MT > 0
+    if MT > 0:
+        u1 = _biased_keys(gk_row, MB + tl.arange(0, MT), M)
 
     tl.store(lse_ptr + r, _merge_lse(part_ptr + r * S * 2, S))
 
-    tb = _threshold(gk_row, M, K, u0, MB, UNROLL)
+    tb = _threshold(gk_row, M, K, u0, u1, MB, MT, UNROLL)
     gidx_row = gidx_ptr + r * CAP
     cand_row = cand_ptr + r * CAP
-    nsel = _compact_groups(gk_row, gidx_row, M, tb, u0, MB, CAP)
+    nsel = _compact_groups(gk_row, gidx_row, M, tb, u0, u1, MB, MT, CAP)
     ncand = nsel + CAP  # > CAP: "overflow" unless the candidates are gathered below
     if nsel <= CAP:
         tl.debug_barrier()  # the group list was written by other threads of this program

@@ -5,16 +5,22 @@
     python -m verify.bench.bench_topk --bs 8 --k 256 --vocab 163840           # one shape
 
 Rows are ``[bs * 15, V]`` drafter logits (bf16, N(0, 3²) unless ``--kind``). For each (bs, K, V),
-side by side in one run: the fused kernel (``topk_lse``, and its two launches apart),
-``torch.topk(x, K)``, ``torch.topk(log_softmax(x.float()), K)``, repro.ddtree's torch path
-(``topk_logprobs``), a read-once kernel (``torch.amax(x, -1)``) and the HBM floor (bytes / 4.3e12).
+side by side in one run: the fused kernel (``topk_lse``, and its two launches apart: with row
+chunks, each kernel's launches for all chunks in turn, without overlap), ``torch.topk(x, K)``,
+``torch.topk(log_softmax(x.float()), K)``, repro.ddtree's torch path (``topk_logprobs``), a
+read-once kernel (``torch.amax(x, -1)``) and the HBM floor (bytes / 4.3e12).
 Every op is timed per call as CUDA-graph replays and as eager launches (CUDA events, medians),
 cycling through copies of the input (>= 256 MB in all) so that L2 does not serve the reads. The
 fused result is checked exact against a stable sort before it is timed.
 
 ``--sweep`` first searches the kernel's tunables (``TopKConfig``) stage by stage at V 163840,
 K 256 over the ``--bs`` values, keeps the config with the best worst-case time/target ratio, and
-uses it for the table. ``--adversarial`` adds rows for tie-heavy and sorted inputs (slow path).
+uses it for the table. The stages (``SWEEP_STAGES``, pick with ``--stages``; each varies a few
+fields on top of the best config so far, or the defaults for the stages left out): ``stream``
+(tile, stream warps, programs), ``select`` (select warps, gather, bisect unroll, register cap),
+``keys`` (group size, scan block), ``overlap`` (row chunks 1/2/4/8, a chunk's select kernel on a
+side stream beside the next chunk's stream kernel, x scan_tail off/on). ``--adversarial`` adds
+rows for tie-heavy and sorted inputs (slow path). Every row records the config it ran.
 """
 
 from __future__ import annotations
@@ -107,7 +113,8 @@ def bench_shape(inputs: list[torch.Tensor], bs: int, k: int, config: TopKConfig 
     x0 = inputs[0]
     nbytes = x0.numel() * x0.element_size()
     row = {"bs": bs, "rows": x0.shape[0], "vocab": x0.shape[1], "k": k, "dtype": str(x0.dtype)[6:],
-           "bytes": nbytes, "floor_us": nbytes / HBM_BYTES_PER_S * 1e6}
+           "bytes": nbytes, "floor_us": nbytes / HBM_BYTES_PER_S * 1e6,
+           "config": dataclasses.asdict(config or TopKConfig())}
     row.update(check_exact(x0, k, config, reference(x0, k)))
     preps = [prepare(x, k, config=config) for x in inputs]
     ops: dict[str, list[Callable[[], object]]] = {
@@ -153,10 +160,11 @@ def sweep_stages() -> list[list[dict]]:
               for w, g, r in ((4, 2048, 0), (4, 2048, 128), (8, 2048, 0), (8, 2048, 128))
               for u in (16, 1)]  # 2 and 16 warps, other gathers: slower on the H200 (docs/perf/sweep_select_*)
     keys = [{"group": g, "scan_block": b} for g, b in ((16, 16384), (32, 2048), (32, 8192), (64, 1024), (64, 4096))]
-    return [stream, select, keys]
+    overlap = [{"row_chunks": c, "scan_tail": t} for t in (False, True) for c in (1, 2, 4, 8)]
+    return [stream, select, keys, overlap]
 
 
-SWEEP_STAGES = ("stream", "select", "keys")
+SWEEP_STAGES = ("stream", "select", "keys", "overlap")
 
 
 def sweep(bss: list[int], dtype: torch.dtype, reps: int, stages: tuple[str, ...] = SWEEP_STAGES) -> dict:

@@ -82,9 +82,9 @@ def topk_kernel_sizes(rows: int, vocab: int, k: int, config, arch: int = 90) -> 
     p = make_plan(rows, vocab, k, config)
     values = {"stride_row": vocab, "V": vocab, "M": p.groups, "chunk": p.chunk, "S": p.splits, "K": k, "id_offset": 0}
     stream = _compile(kern.stream_kernel, {"TG": p.tile // p.group, "G": p.group}, values, p.stream_warps, arch)
-    select = _compile(kern.select_kernel, {"MB": p.scan_block, "G": p.group, "GT": p.gather_groups, "K_P": p.k_pow2,
-                                           "CAP": p.cap, "UNROLL": p.bisect_unroll}, values, p.select_warps, arch,
-                      p.select_maxnreg)
+    select = _compile(kern.select_kernel, {"MB": p.scan_block, "MT": p.scan_tail, "G": p.group, "GT": p.gather_groups,
+                                           "K_P": p.k_pow2, "CAP": p.cap, "UNROLL": p.bisect_unroll},
+                      values, p.select_warps, arch, p.select_maxnreg)
     return {"stream_kernel": cubin_size(stream), "select_kernel": cubin_size(select)}
 
 

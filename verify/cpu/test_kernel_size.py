@@ -39,6 +39,18 @@ def test_register_cap_reaches_the_select_compile(capsys):
     assert capped["stream_kernel"] == free["stream_kernel"]
 
 
+def test_scan_tail_shrinks_the_select_kernel(capsys):
+    """At the deployment shape (M 5120 group keys) a 4096 + 1024 key tile instead of 8192 gives
+    a select kernel without spills and of under 0.7 the instructions; the stream kernel is untouched."""
+    assert kernel_size.main([]) == 0
+    one = json.loads(capsys.readouterr().out)
+    assert kernel_size.main(["--set", "scan_tail=1"]) == 0
+    split = json.loads(capsys.readouterr().out)
+    assert split["select_kernel"]["stack"] == 0
+    assert split["select_kernel"]["instructions"] < 0.7 * one["select_kernel"]["instructions"]
+    assert split["stream_kernel"] == one["stream_kernel"]
+
+
 @pytest.mark.parametrize(("setting", "message"), [
     ("bisect_unroll", "--set takes NAME=INT"),
     ("speed=3", "--set NAME must be a TopKConfig field"),
