@@ -108,12 +108,13 @@ def _prune_below(best_s, q, B, c):
 def tree_kernel(  # noqa: PLR0915 - one fused launch builds the whole tree
     logits_ptr, ids_ptr, lse_ptr, roots_ptr, slot_tab, rank_tab, P,
     fx_ptr, fscore_ptr, flex_ptr, fbits_ptr, fprod_ptr, frank_ptr, fslot_ptr, inv_ptr,
-    cs_ptr, cl_ptr, ci_ptr,
+    cs_ptr, cl_ptr, ci_ptr, flag_ptr,
     tokens_ptr, parents_ptr, depths_ptr, scores_ptr, nodes_ptr,
     KT, L, KB, D, B,
     FP: tl.constexpr, LOG_F: tl.constexpr, LOG_P: tl.constexpr, LOG_U: tl.constexpr,
 ):
-    """One request's tree: per-depth best-FP frontiers in scratch, merged into the best B so far.
+    """One request's tree, if ``flag_ptr[b]`` asks for it (the requests ``enum_kernel`` handed
+    over): per-depth best-FP frontiers in scratch, merged into the best B so far.
 
     Candidates scoring below the running B-th best (less a rounding margin) cannot be in the tree,
     nor can their descendants (a child scores at most its parent), so they are dropped: a depth
@@ -121,6 +122,8 @@ def tree_kernel(  # noqa: PLR0915 - one fused launch builds the whole tree
     none ends the search. Kept entries keep the positions the full frontier gives them.
     """
     b = tl.program_id(0)
+    if tl.load(flag_ptr + b) == 0:
+        return
     lrow = logits_ptr + b * L * KT
     frow = b * D * FP
     neg_inf = float("-inf")
@@ -223,6 +226,173 @@ def tree_kernel(  # noqa: PLR0915 - one fused launch builds the whole tree
     tl.store(depths_ptr + b * (B + 1), 0)
     tl.store(scores_ptr + b * (B + 1), 0.0)
     tl.store(nodes_ptr + b, 1 + tl.sum(chosen.to(tl.int64), 0))
+
+
+@triton.jit
+def _bins(s, inv_w, NB: tl.constexpr):
+    """Histogram bin of scores ``s`` <= 0: floor(-s * inv_w), clamped to [0, NB - 1]."""
+    t = tl.minimum(tl.maximum(-s * inv_w, 0.0), NB - 1.0)
+    return t.to(tl.int32)
+
+
+@triton.jit
+def _hist_floor(hist, B, span, c, NB: tl.constexpr):
+    """A score that at least ``B`` counted nodes reach, less the rounding margin of
+    ``_prune_below``: the lower edge of the bin where the count from the top reaches B (each bin is
+    ``span / NB`` wide, widened by 1e-9 against the rounding of the bin index); -inf while that is
+    the open last bin."""
+    nb = tl.arange(0, NB)
+    top = tl.min(tl.where(tl.cumsum(hist, 0) >= B, nb, NB), 0)
+    edge = -(top + 1).to(tl.float64) * (span / NB) * (1.0 + 1e-9)
+    f = tl.where(top < NB - 1, edge, float("-inf"))
+    return f - 1e-6 * (1.0 + tl.abs(f) + tl.abs(c))
+
+
+@triton.jit
+def enum_kernel(  # noqa: PLR0915 - one fused launch builds the whole tree
+    logits_ptr, ids_ptr, lse_ptr, roots_ptr,
+    px_ptr, ps_ptr, pl_ptr, pb_ptr, pp_ptr, pr_ptr, pa_ptr, pd_ptr, off_ptr, sel_ptr, inv_ptr, flag_ptr,
+    tokens_ptr, parents_ptr, depths_ptr, scores_ptr, nodes_ptr,
+    KT, L, KB, D, B,
+    CH: tl.constexpr, CAP: tl.constexpr, LOG_F: tl.constexpr, NB: tl.constexpr,
+    SEARCH_K: tl.constexpr, SEARCH_P: tl.constexpr,
+):
+    """One request's tree by enumeration above a floor: no per-depth sort (needs KB = B).
+
+    The tree is the best B of all nodes whose rank product is at most B (tree.py). A floor F,
+    always below the B-th best score so far (a histogram of every node kept, binned over
+    [1.0625 * theta_1, 0] where theta_1 is depth 1's B-th score), bounds the search: a node is
+    kept if it scores at least F, and a parent's kept children are a prefix of its ranks (the
+    logits are sorted), found by binary search; a prefix sum lays them out. Kept nodes go to a
+    pool of CAP entries; at the end the nodes at or above the final floor (at least B) are sorted
+    once. Parents and children go through registers CH at a time. A pool past CAP or more than
+    2 * FP finalists (ties) sets ``flag_ptr[b]`` and leaves the request to ``tree_kernel``.
+    """
+    b = tl.program_id(0)
+    lrow = logits_ptr + b * L * KT
+    pool = b * CAP
+    q = tl.arange(0, CH)
+    neg_inf = float("-inf")
+
+    ok = q < KB  # depth 1: every rank
+    c = tl.load(lse_ptr + b * L).to(tl.float64)
+    x = tl.load(lrow + q, mask=ok, other=0.0).to(tl.float64)
+    code, bits = _rank_code(q.to(tl.int64) + 1)
+    tl.store(px_ptr + pool + q, x, mask=ok)
+    tl.store(ps_ptr + pool + q, x - c, mask=ok)
+    tl.store(pl_ptr + pool + q, code << (63 - bits), mask=ok)
+    tl.store(pb_ptr + pool + q, bits.to(tl.int32), mask=ok)
+    tl.store(pp_ptr + pool + q, q + 1, mask=ok)
+    tl.store(pr_ptr + pool + q, q, mask=ok)
+    tl.store(pa_ptr + pool + q, tl.full([CH], -1, tl.int32), mask=ok)
+    tl.store(pd_ptr + pool + q, tl.full([CH], 1, tl.int32), mask=ok)
+    span = tl.maximum(c - tl.load(lrow + B - 1).to(tl.float64), 1e-6) * 1.0625
+    inv_w = NB / span
+    hist = tl.histogram(_bins(x - c, inv_w, NB), NB, mask=ok)
+    floor = _hist_floor(hist, B, span, c, NB)
+    n_pool = KB
+    par0 = n_pool * 0
+    npar = n_pool
+    over = n_pool * 0
+    tl.debug_barrier()
+
+    for d in range(1, D):
+        if npar > 0:
+            c += tl.load(lse_ptr + b * L + d).to(tl.float64)
+            drow = lrow + d * KT
+            total = npar * 0
+            for j0 in range(0, npar, CH):  # each parent's kept children: a prefix of its ranks
+                pj = j0 + q < npar
+                pat = pool + par0 + j0 + q
+                pcx = tl.load(px_ptr + pat, mask=pj, other=0.0)
+                hi = tl.minimum(B // tl.load(pp_ptr + pat, mask=pj, other=B + 1), KB)
+                lo = hi * 0
+                for _ in range(SEARCH_K):  # up to the first rank that falls under the floor
+                    act = lo < hi
+                    mid = (lo + hi) // 2
+                    xv = tl.load(drow + mid, mask=act, other=0.0).to(tl.float64)
+                    good = act & ((pcx + xv) - c >= floor)
+                    lo = tl.where(good, mid + 1, lo)
+                    hi = tl.where(act & ~good, mid, hi)
+                tl.store(off_ptr + pool + j0 + q, total + tl.cumsum(lo, 0) - lo, mask=pj)
+                total += tl.sum(lo, 0)
+            if n_pool + total > CAP:
+                over = over + 1
+                npar = npar * 0
+            else:
+                tl.debug_barrier()
+                for q0 in range(0, total, CH):
+                    k = q0 + q
+                    lo = q * 0  # child k's parent: the last one whose offset is <= k
+                    hi = lo + npar
+                    for _ in range(SEARCH_P):
+                        act = lo < hi
+                        mid = (lo + hi) // 2
+                        le = tl.load(off_ptr + pool + mid, mask=act, other=0) <= k
+                        lo = tl.where(act & le, mid + 1, lo)
+                        hi = tl.where(act & ~le, mid, hi)
+                    kid = k < total
+                    at = pool + par0 + lo - 1
+                    r = k - tl.load(off_ptr + pool + lo - 1, mask=kid, other=0)
+                    cx = tl.load(px_ptr + at, mask=kid, other=0.0) + tl.load(drow + r, mask=kid, other=0.0).to(tl.float64)
+                    code, clen = _rank_code(r.to(tl.int64) + 1)
+                    used = tl.load(pb_ptr + at, mask=kid, other=0).to(tl.int64) + clen
+                    lex = tl.load(pl_ptr + at, mask=kid, other=0) | (code << tl.maximum(63 - used, 0))
+                    out = pool + n_pool + k
+                    tl.store(px_ptr + out, cx, mask=kid)
+                    tl.store(ps_ptr + out, cx - c, mask=kid)
+                    tl.store(pl_ptr + out, lex, mask=kid)
+                    tl.store(pb_ptr + out, used.to(tl.int32), mask=kid)
+                    tl.store(pp_ptr + out, tl.load(pp_ptr + at, mask=kid, other=1) * (r + 1), mask=kid)
+                    tl.store(pr_ptr + out, r, mask=kid)
+                    tl.store(pa_ptr + out, par0 + lo - 1, mask=kid)
+                    tl.store(pd_ptr + out, tl.full([CH], 1, tl.int32) + d, mask=kid)
+                    hist += tl.histogram(_bins(cx - c, inv_w, NB), NB, mask=kid)
+                floor = _hist_floor(hist, B, span, c, NB)
+                par0 = n_pool
+                npar = total
+                n_pool += total
+                tl.debug_barrier()
+
+    # finalists: every kept node at or above the final floor (at least B of them), sorted once
+    S: tl.constexpr = 2 << LOG_F  # noqa: N806 - a constexpr size, named like the others
+    cnt = n_pool * 0
+    for u0 in range(0, n_pool, CH):
+        u = u0 + q
+        m = u < n_pool
+        keep = m & (tl.load(ps_ptr + pool + u, mask=m, other=neg_inf) >= floor)
+        at = cnt + tl.cumsum(keep.to(tl.int32), 0) - 1
+        tl.store(sel_ptr + b * S + at, u, mask=keep & (at < S))
+        tl.store(inv_ptr + pool + u, tl.zeros([CH], tl.int32), mask=m)
+        cnt += tl.sum(keep.to(tl.int32), 0)
+    over += (cnt > S).to(tl.int32)
+    tl.store(flag_ptr + b, over)
+    if over == 0:
+        tl.debug_barrier()
+        w = tl.arange(0, S)
+        u = tl.load(sel_ptr + b * S + w, mask=w < cnt, other=0)
+        score = tl.load(ps_ptr + pool + u, mask=w < cnt, other=neg_inf)
+        lex = tl.load(pl_ptr + pool + u, mask=w < cnt, other=INT64_MAX)
+        score, lex, u = _best(score, lex, u, LOG_F + 1, LOG_F)
+        f = tl.arange(0, 1 << LOG_F)
+        chosen = f < B
+        tl.store(inv_ptr + pool + u, f + 1, mask=chosen)
+        tl.debug_barrier()
+        depth = tl.load(pd_ptr + pool + u, mask=chosen, other=1)
+        rank = tl.load(pr_ptr + pool + u, mask=chosen, other=0)
+        up = tl.load(pa_ptr + pool + u, mask=chosen, other=0)
+        parent = tl.load(inv_ptr + pool + up, mask=chosen & (depth > 1), other=0)
+        token = tl.load(ids_ptr + b * L * KT + (depth - 1) * KT + rank, mask=chosen, other=-1)
+        col = b * (B + 1) + 1 + f
+        tl.store(tokens_ptr + col, token, mask=chosen)
+        tl.store(parents_ptr + col, parent.to(tl.int64), mask=chosen)
+        tl.store(depths_ptr + col, depth.to(tl.int64), mask=chosen)
+        tl.store(scores_ptr + col, score, mask=chosen)
+        tl.store(tokens_ptr + b * (B + 1), tl.load(roots_ptr + b))
+        tl.store(parents_ptr + b * (B + 1), -1)
+        tl.store(depths_ptr + b * (B + 1), 0)
+        tl.store(scores_ptr + b * (B + 1), 0.0)
+        tl.store(nodes_ptr + b, B + 1)
 
 
 @triton.jit(do_not_specialize=["bs"])  # one compile for every batch size

@@ -2,12 +2,20 @@
 
 ``build_trees_fused(topk, budget, root_tokens) -> DraftTree`` returns exactly what
 ``repro.ddtree.build_trees_from_topk`` returns (same float64 scores, same tie rule, same node
-order): it runs the same per-depth frontier algorithm (see ``repro/ddtree/tree.py``), but each
-request's frontiers, sorts and merges stay inside one program, so a round costs one launch
-instead of hundreds of small kernels. Candidates that score below the best ``B`` found so far
-(less a rounding margin) are dropped, and the search ends at the first depth with none left.
-No host synchronisation; capturable in a CUDA graph at fixed (bs, B). Triton is imported on the
-first call; ``TRITON_INTERPRET=1`` runs it on CPU.
+order), in two launches with no host synchronisation (capturable in a CUDA graph at fixed
+(bs, B)):
+
+1. ``enum_kernel`` enumerates, depth by depth, every node scoring above a floor that stays below
+   the B-th best score found so far (a running histogram of the kept scores gives it), with no
+   per-depth sort: a parent's kept children are a prefix of its ranks, found by binary search.
+   The few finalists are sorted once. It needs K = B ranks per depth (V >= B); a request whose
+   kept set outgrows its buffers (tie-heavy rows) is flagged instead.
+2. ``tree_kernel`` builds the flagged requests (every request when V < B) by the per-depth
+   frontier algorithm of ``repro/ddtree/tree.py``: each depth's best candidates are sorted and
+   merged into the best ``B`` so far; candidates below that (less a rounding margin) are dropped.
+   Its programs for unflagged requests return at once.
+
+Triton is imported on the first call; ``TRITON_INTERPRET=1`` runs it on CPU.
 
 Sorting uses a bitonic network over (score desc, rank-tuple code asc) pairs carrying a payload
 index; candidate sets are padded to powers of two with entries that sort last.
@@ -82,10 +90,44 @@ def tree_kernel_constants(budget: int, horizon: int) -> dict[str, int]:
     }
 
 
+@cache
+def _enum_kernel() -> Any:
+    from repro.kernels._tree_build_triton import enum_kernel
+
+    return enum_kernel
+
+
+ENUM_BINS = 1024
+"""Histogram bins of the enumeration floor: the floor sits at most |theta_1| * 1.0625 / 1024 below
+the B-th best score (theta_1: depth 1's B-th score), so few nodes are kept that cannot make it."""
+
+
+def enum_kernel_constants(budget: int) -> dict[str, int]:
+    """The enumeration kernel's compile-time sizes for a budget in [1, MAX_BUDGET]."""
+    fp = max(2, _pow2(budget))
+    cap = 16 * fp  # kept nodes of every depth
+    return {
+        "CH": 2 * fp,  # parents or children held in registers at a time
+        "CAP": cap,
+        "LOG_F": fp.bit_length() - 1,
+        "NB": ENUM_BINS,
+        "SEARCH_K": budget.bit_length(),  # binary search over ranks [0, B]
+        "SEARCH_P": cap.bit_length(),  # and over parents [0, CAP]
+    }
+
+
 def build_trees_fused(
     topk: TopK, budget: int, root_tokens: torch.Tensor | None = None, num_warps: int = 8,
 ) -> DraftTree:
-    """``build_trees_from_topk`` in one Triton launch (budget <= MAX_BUDGET); same results."""
+    """``build_trees_from_topk`` in two Triton launches (budget <= MAX_BUDGET); same results."""
+    return build_trees_fused_flagged(topk, budget, root_tokens, num_warps)[0]
+
+
+def build_trees_fused_flagged(
+    topk: TopK, budget: int, root_tokens: torch.Tensor | None = None, num_warps: int = 8,
+) -> tuple[DraftTree, torch.Tensor | None]:
+    """``build_trees_fused`` and which requests the frontier kernel built (``[bs]`` int32,
+    non-zero: flagged; None when only the frontier kernel ran, budget 0 or V < B)."""
     bs, horizon, kb = _check_topk(topk, budget)
     kt = topk.ids.shape[-1]
     if budget > MAX_BUDGET:
@@ -94,7 +136,7 @@ def build_trees_fused(
     dev = topk.ids.device
     roots = _root_column(root_tokens, bs, dev)
     if budget == 0:
-        return _root_only(roots, horizon, has_root=root_tokens is not None)
+        return _root_only(roots, horizon, has_root=root_tokens is not None), None
     _check_code_room(horizon, budget)
     depth = min(horizon, budget)
     slot, rank = _tables(budget, kb, dev)
@@ -114,14 +156,26 @@ def build_trees_fused(
     tokens, parents, depths = (torch.empty(bs, n, **i64) for _ in range(3))
     scores = torch.empty(bs, n, **f64)
     nodes = torch.empty(bs, **i64)
+    logits, ids, lse = topk.logits.contiguous(), topk.ids.contiguous(), topk.lse.contiguous()
+    outputs = (tokens, parents, depths, scores, nodes, kt, horizon, kb, depth, budget)
+    enum = kb == budget
+    if enum:
+        flags = torch.empty(bs, **i32)
+        e = enum_kernel_constants(budget)
+        cap, s = e["CAP"], 2 * fp
+        pool = (torch.empty(bs * cap, **f64), torch.empty(bs * cap, **f64), torch.empty(bs * cap, **i64),
+                *(torch.empty(bs * cap, **i32) for _ in range(5)))
+        _enum_kernel()[(bs,)](
+            logits, ids, lse, roots, *pool, torch.empty(bs * cap, **i32), torch.empty(bs * s, **i32),
+            torch.empty(bs * cap, **i32), flags, *outputs, **e, num_warps=num_warps,
+        )
+    else:
+        flags = torch.ones(bs, **i32)
     _kernel()[(bs,)](
-        topk.logits.contiguous(), topk.ids.contiguous(), topk.lse.contiguous(), roots,
-        slot, rank, n_pairs, *scratch,
-        tokens, parents, depths, scores, nodes, kt, horizon, kb, depth, budget,
-        **sizes,
-        num_warps=num_warps,
+        logits, ids, lse, roots, slot, rank, n_pairs, *scratch, flags, *outputs, **sizes, num_warps=num_warps,
     )
-    return DraftTree(tokens, parents, depths, nodes, scores, budget, horizon, root_tokens is not None)
+    tree = DraftTree(tokens, parents, depths, nodes, scores, budget, horizon, root_tokens is not None)
+    return tree, flags if enum else None
 
 
 def verify_tensors_fused(

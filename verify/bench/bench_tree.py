@@ -29,7 +29,7 @@ import torch
 
 from repro.ddtree import TopK, build_trees_from_topk, topk_logprobs, verify_tensors
 from repro.ddtree.reference import heap_tree
-from repro.kernels.tree_build import MAX_BUDGET, build_trees_fused, verify_tensors_fused
+from repro.kernels.tree_build import MAX_BUDGET, build_trees_fused, build_trees_fused_flagged, verify_tensors_fused
 from repro.stack import git_revision
 
 
@@ -144,7 +144,9 @@ def _fused(logits, topk, tree, roots, lens, lens_sum, budget, k, iters, tree_war
     def whole() -> None:
         verify_tensors_fused(build_trees_fused(fused_topk(), budget, roots), lens, lens_sum)
 
+    _tree, flags = build_trees_fused_flagged(topk, budget, roots)
     return {
+        "fused_enum_requests": int((flags == 0).sum()) if flags is not None else 0,  # the rest: frontier kernel
         "fused_topk_graph_us": time_graph(fused_topk, iters),
         "fused_tree_graph_us": time_graph(lambda: build_trees_fused(topk, budget, roots), iters),
         "fused_verify_graph_us": time_graph(lambda: verify_tensors_fused(tree, lens, lens_sum), iters),

@@ -4,8 +4,8 @@
     python -m verify.bench.kernel_size --tree --budget 256 --warps 16
 
 Compiles the top-K ``stream_kernel`` and ``select_kernel`` (with the launch constants
-``repro.kernels.topk_lse.make_plan`` picks), or with ``--tree`` the tree kernel (constants from
-``repro.kernels.tree_build.tree_kernel_constants``), ahead of time for ``--arch`` (default sm_90),
+``repro.kernels.topk_lse.make_plan`` picks), or with ``--tree`` the two tree kernels (constants from
+``repro.kernels.tree_build``), ahead of time for ``--arch`` (default sm_90),
 then reads the cubin with the ``cuobjdump`` that ships in the triton wheel: registers per thread,
 stack (spill slots), local and shared bytes, and the SASS instruction count. Nsight Compute showed
 the select kernel stalled on instruction fetch (docs/PERFORMANCE.md), so code size and spills are
@@ -29,7 +29,9 @@ POINTER_TYPES = {
     "fx_ptr": "*fp64", "fscore_ptr": "*fp64", "flex_ptr": "*i64", "fbits_ptr": "*i64", "fprod_ptr": "*i64",
     "frank_ptr": "*i32", "fslot_ptr": "*i32", "inv_ptr": "*i32", "tokens_ptr": "*i64", "parents_ptr": "*i64",
     "depths_ptr": "*i64", "scores_ptr": "*fp64", "nodes_ptr": "*i64",
-    "cs_ptr": "*fp64", "cl_ptr": "*i64", "ci_ptr": "*i32",
+    "cs_ptr": "*fp64", "cl_ptr": "*i64", "ci_ptr": "*i32", "flag_ptr": "*i32",
+    "px_ptr": "*fp64", "ps_ptr": "*fp64", "pl_ptr": "*i64", "pb_ptr": "*i32", "pp_ptr": "*i32", "pr_ptr": "*i32",
+    "pa_ptr": "*i32", "pd_ptr": "*i32", "off_ptr": "*i32", "sel_ptr": "*i32",
 }
 """Pointer arguments of the kernels by name (bf16 drafter logits); other arguments are i32."""
 
@@ -88,13 +90,17 @@ def topk_kernel_sizes(rows: int, vocab: int, k: int, config, arch: int = 90) -> 
     return {"stream_kernel": cubin_size(stream), "select_kernel": cubin_size(select)}
 
 
-def tree_kernel_size(budget: int, horizon: int = 15, num_warps: int = 8, arch: int = 90) -> dict[str, int]:
-    """``cubin_size`` of the tree kernel as ``build_trees_fused`` would launch it (K = B <= V)."""
+def tree_kernel_size(budget: int, horizon: int = 15, num_warps: int = 8, arch: int = 90) -> dict[str, dict[str, int]]:
+    """``cubin_size`` of the enumeration and frontier tree kernels as ``build_trees_fused`` would
+    launch them (K = B <= V)."""
     from repro.kernels import _tree_build_triton as kern
-    from repro.kernels.tree_build import tree_kernel_constants
+    from repro.kernels.tree_build import enum_kernel_constants, tree_kernel_constants
 
     values = {"KT": budget, "L": horizon, "KB": budget, "D": min(horizon, budget), "B": budget}
-    return cubin_size(_compile(kern.tree_kernel, tree_kernel_constants(budget, horizon), values, num_warps, arch))
+    return {
+        "enum_kernel": cubin_size(_compile(kern.enum_kernel, enum_kernel_constants(budget), values, num_warps, arch)),
+        "tree_kernel": cubin_size(_compile(kern.tree_kernel, tree_kernel_constants(budget, horizon), values, num_warps, arch)),
+    }
 
 
 def _setting(text: str) -> tuple[str, int]:
@@ -124,8 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         if not 1 <= args.budget <= 256:
             p.error(f"--budget must be in [1, 256] (got {args.budget})")
         sizes = tree_kernel_size(args.budget, num_warps=args.warps, arch=args.arch)
-        print(json.dumps({"arch": f"sm_{args.arch}", "budget": args.budget, "num_warps": args.warps,
-                          "tree_kernel": sizes}, indent=1))
+        print(json.dumps({"arch": f"sm_{args.arch}", "budget": args.budget, "num_warps": args.warps, **sizes},
+                         indent=1))
         return 0
     fields = {f.name for f in dataclasses.fields(TopKConfig)}
     unknown = [name for name, _ in args.set if name not in fields]

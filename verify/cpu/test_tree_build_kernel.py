@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +20,7 @@ import torch
 from verify.kernel_cases import _fix_interpreter_for_numpy_2_4
 _fix_interpreter_for_numpy_2_4()
 from repro.ddtree import build_trees_from_topk, topk_logprobs, verify_tensors
-from repro.kernels.tree_build import build_trees_fused, verify_tensors_fused
+from repro.kernels.tree_build import build_trees_fused_flagged, verify_tensors_fused
 g = torch.Generator().manual_seed(0)
 q = torch.tensor([[.05, .60, .25, .07, .03], [.50, .04, .10, .30, .06], [.08, .70, .12, .06, .04]])
 cases = [(q.log()[None], b) for b in (1, 3, 6)]
@@ -28,15 +29,22 @@ for i in range(12):  # ties, random and flat rows; budgets past V pad the tree
     x = [torch.randint(-2, 3, (2, L, V), generator=g).float(), torch.randn(2, L, V, generator=g), torch.zeros(2, L, V)][i % 3]
     cases.append((x, B))
 cases.append((torch.tensor([[[0.0, 0.0], [200.0, 0.0]]]), 4))  # certain token: prefix before extension
-for budget in (64, 200):  # confident drafter, deep trees: pruned, compacted and full-width depths
+for budget in (16, 64, 200):  # confident drafter, deep trees: pruned, compacted and full-width depths
     x = torch.randn(2, 6, 600, generator=g) + 9 * (torch.rand(2, 6, 600, generator=g) > 0.995)
     cases.append((x.to(torch.bfloat16).float(), budget))
+tied = torch.zeros(2, 4, 40)
+tied[:, :, 0] = 200.0  # a certain chain, every other token tied: too many finalists for the enumeration
+cases.append((tied, 8))
+built = {"enum": 0, "frontier": 0}
 for x, budget in cases:
     topk = topk_logprobs(x, max(1, min(budget, x.shape[-1])))
     block = torch.full((x.shape[0], 4), 99)
     block[:, 0] = torch.arange(x.shape[0]) + 7
     roots = block[:, 0]  # a strided view, as SGLang's drafter block column is
-    want, got = build_trees_from_topk(topk, budget, roots), build_trees_fused(topk, budget, roots)
+    want, (got, flags) = build_trees_from_topk(topk, budget, roots), build_trees_fused_flagged(topk, budget, roots)
+    if flags is not None:
+        built["enum"] += int((flags == 0).sum())
+        built["frontier"] += int((flags != 0).sum())
     for name in ("tokens", "parents", "depths", "scores", "num_nodes"):
         assert torch.equal(getattr(want, name), getattr(got, name)), (x.shape, budget, name)
     lens = torch.randint(0, 12, (x.shape[0], 2), generator=g)[:, 0]
@@ -45,20 +53,24 @@ for x, budget in cases:
         for name in ("input_ids", "positions", "ancestor_mask", "full_mask", "retrive_index",
                      "retrive_next_token", "retrive_next_sibling"):
             assert torch.equal(getattr(a, name), getattr(f, name)), (x.shape, budget, name)
-print(f"{len(cases)} cases equal")
+print(f"{len(cases)} cases equal; requests built by enum_kernel {built['enum']}, by tree_kernel {built['frontier']}")
 """
 
 
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
 def test_fused_kernels_equal_the_torch_path_under_the_interpreter():
-    """Worked example, 12 seeded ties/random/flat cases, a certain-token case and two deep trees
-    at B 64 / 200 (depths that prune, compact or sort every pair): trees and verify tensors (FULL
-    mask sized exactly and by an upper bound) match exactly, with strided roots and prefix lengths."""
+    """Worked example, 12 seeded ties/random/flat cases, a certain-token case, three deep trees
+    at B 16 / 64 / 200 and a case of one certain token among tied ones: trees and verify tensors (FULL mask sized exactly and
+    by an upper bound) match exactly, with strided roots and prefix lengths; both the enumeration
+    kernel and the frontier kernel it hands tied requests to built some of them."""
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO)}
     proc = subprocess.run([sys.executable, "-c", SCRIPT], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "18 cases equal" in proc.stdout
+    assert "20 cases equal" in proc.stdout
+    enum, frontier = (int(n) for n in re.findall(r"kernel (\d+)", proc.stdout))
+    assert enum >= 10, proc.stdout  # the enumeration kernel built most trees ...
+    assert frontier >= 2, proc.stdout  # ... and handed the all-tied ones to the frontier kernel
 
 
 def test_budget_limit_is_a_clear_error():
