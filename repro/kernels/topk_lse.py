@@ -13,21 +13,12 @@ the ids are global, so ``repro.ddtree.merge_topk`` combines the shards' (logits,
 The caller rejects NaN and +inf (``repro.ddtree.build_trees(check_finite=True)``); the kernel does
 not check. Triton is imported on the first call, so CPU-only installs import this module freely.
 Under ``TRITON_INTERPRET=1`` it also runs on CPU tensors (slowly; small shapes only).
-
-With ``TopKConfig.row_chunks > 1`` the rows are cut into that many contiguous chunks, each with
-its own two launches planned for its rows; on CUDA the select kernel of a streamed chunk runs on a
-side stream while the stream kernel reads the next chunk (fork/join with events, so a CUDA graph
-captures it too). The top-K is the same bit for bit; lse may differ in the last ulps, as fewer
-rows take more splits per row. The side stream is made by the first such call on a device: make
-one eager call before a capture (as for compilation).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from collections.abc import Callable
-from types import ModuleType
 
 import torch
 
@@ -47,8 +38,7 @@ SELECT_WIDE_ROWS = 256
 (docs/PERFORMANCE.md, session 4): 8 warps faster at 15 and 120 rows, 4 warps at 480 and 960."""
 
 
-_CHOICES = {"bisect_unroll": (1, 2, 4, 8, 16), "cap_mult": (2, 4, 8), "stream_warps": (1, 2, 4, 8, 16),
-            "row_chunks": (1, 2, 4, 8)}
+_CHOICES = {"bisect_unroll": (1, 2, 4, 8, 16), "cap_mult": (2, 4, 8), "stream_warps": (1, 2, 4, 8, 16)}
 """The values each of these TopKConfig fields may take."""
 
 
@@ -67,9 +57,9 @@ class TopKConfig:
     scan_block: int = 8192  # group keys the select kernel holds in registers (power of two)
     bisect_unroll: int = 1  # unroll factor of the 16-step threshold search (16: fully, 1: a loop)
     select_maxnreg: int = 128  # register cap per select thread (0: the compiler's choice); lower fits more rows per SM
-    scan_tail: bool = False  # hold the M group keys as a pow2_floor(M) head and a pow2_ceil(rest) tail, not one
-    # pow2_ceil(M) tile (less padding to count over; M 5120: 4096 + 1024 not 8192), when that fits in scan_block
-    row_chunks: int = 1  # 1, 2, 4 or 8 row chunks, each planned for its rows; a chunk's select overlaps the next's stream
+    scan_tail: bool = True  # hold the M group keys as a pow2_floor(M) head and a pow2_ceil(rest) tail, not one
+    # pow2_ceil(M) tile (less padding to count over; M 5120: 4096 + 1024 not 8192), when that fits in scan_block;
+    # H200, V 163840, K 256, us at bs 1/8/32/64: on 25.0/36.6/101.5/182.5, off 24.0/35.4/111.4/197.4
 
     def __post_init__(self) -> None:
         for name in ("tile", "scan_block", "gather", "min_cap"):
@@ -183,26 +173,6 @@ def _check_args(x: torch.Tensor, k: int, id_offset: int) -> None:
         raise ValueError(msg)
 
 
-def row_ranges(rows: int, chunks: int) -> list[tuple[int, int]]:
-    """``chunks`` contiguous row ranges ``(lo, hi)`` of sizes within one of each other that cover
-    ``range(rows)`` in order; empty ones are left out."""
-    cuts = [i * rows // chunks for i in range(chunks + 1)]
-    return [(lo, hi) for lo, hi in itertools.pairwise(cuts) if hi > lo]
-
-
-@dataclasses.dataclass(frozen=True)
-class _Launches:
-    """The kernel launches of one :func:`topk_lse` call and what they write."""
-
-    chunks: list[tuple[Callable[[], None], Callable[[], None]]]  # (stream, select) launch per row chunk
-    outputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # (logits, ids, lse)
-    tensors: tuple[torch.Tensor, ...]  # every tensor a select launch reads or writes
-
-
-_SIDE_STREAMS: dict[int, torch.cuda.Stream] = {}
-"""Per CUDA device index: the stream the select kernels of row chunks run on."""
-
-
 def topk_lse(
     x: torch.Tensor, k: int, id_offset: int = 0, *, config: TopKConfig | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -212,58 +182,20 @@ def topk_lse(
     and ``lse [...] float32``, on ``x``'s device. No host synchronisation; CUDA-graph capturable.
     A last dimension that is not contiguous is copied first.
     """
-    launches = _prepare(x, k, id_offset, config or TopKConfig())
-    if len(launches.chunks) > 1 and x.device.type == "cuda":
-        _launch_overlapped(launches, x.device)
-    else:
-        for launch_stream, launch_select in launches.chunks:
-            launch_stream()
-            launch_select()
-    return launches.outputs
+    stream, select, out = prepare(x, k, id_offset, config=config)
+    stream()
+    select()
+    return out
 
 
 def prepare(
     x: torch.Tensor, k: int, id_offset: int = 0, *, config: TopKConfig | None = None
 ) -> tuple[Callable[[], None], Callable[[], None], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-    """Allocate for :func:`topk_lse` and return its two kernels' launches apart, plus the outputs.
+    """Allocate for :func:`topk_lse` and return its two launches apart, plus the outputs.
 
     ``(launch_stream, launch_select, (logits, ids, lse))``: calling both in order fills the
     outputs from the current contents of ``x``. Benchmarks use it to time the kernels separately.
-    With ``row_chunks > 1`` each launches its kernel for every chunk in turn on the current stream
-    (no overlap; :func:`topk_lse` overlaps them).
     """
-    launches = _prepare(x, k, id_offset, config or TopKConfig())
-
-    def launch_stream() -> None:
-        for launch, _ in launches.chunks:
-            launch()
-
-    def launch_select() -> None:
-        for _, launch in launches.chunks:
-            launch()
-
-    return launch_stream, launch_select, launches.outputs
-
-
-def _launch_overlapped(launches: _Launches, device: torch.device) -> None:
-    """Stream kernels on the current stream; each chunk's select kernel on the side stream once
-    its chunk is streamed (an event); then the current stream waits for the side stream."""
-    if device.index not in _SIDE_STREAMS:
-        _SIDE_STREAMS[device.index] = torch.cuda.Stream(device)
-    side = _SIDE_STREAMS[device.index]
-    main = torch.cuda.current_stream(device)
-    for launch_stream, launch_select in launches.chunks:
-        launch_stream()
-        side.wait_stream(main)
-        with torch.cuda.stream(side):
-            launch_select()
-    main.wait_stream(side)
-    for t in launches.tensors:  # allocated on the current stream: not reused before the side is done
-        t.record_stream(side)
-
-
-def _prepare(x: torch.Tensor, k: int, id_offset: int, config: TopKConfig) -> _Launches:
-    """Check the arguments, allocate outputs and scratch, and bind each row chunk's launches."""
     _check_args(x, k, id_offset)
     from repro.kernels import _topk_lse_triton as kern
 
@@ -277,45 +209,31 @@ def _prepare(x: torch.Tensor, k: int, id_offset: int, config: TopKConfig) -> _La
     x2 = x.reshape(-1, vocab)
     if x2.stride(-1) != 1:
         x2 = x2.contiguous()
-    rows, dev = x2.shape[0], x.device
-    logits = torch.empty((rows, k), dtype=torch.float32, device=dev)
-    ids = torch.empty((rows, k), dtype=torch.int64, device=dev)
-    lse = torch.empty((rows,), dtype=torch.float32, device=dev)
-    chunks, tensors = [], [x2, logits, ids, lse]
-    for lo, hi in row_ranges(rows, config.row_chunks):
-        p = make_plan(hi - lo, vocab, k, config)
-        scratch = (
-            torch.empty((p.rows, p.groups), dtype=torch.int16, device=dev),  # group keys
-            torch.empty((p.rows, p.splits, 2), dtype=torch.float32, device=dev),  # lse partials
-            torch.empty((p.rows, p.cap), dtype=torch.int32, device=dev),  # listed groups
-            torch.empty((p.rows, p.cap), dtype=torch.int64, device=dev),  # candidate keys
-        )
-        chunks.append(_bind(kern, p, x2[lo:hi], id_offset, scratch, (logits[lo:hi], ids[lo:hi], lse[lo:hi])))
-        tensors += scratch
-    return _Launches(chunks, (logits.view(*lead, k), ids.view(*lead, k), lse.view(lead)), tuple(tensors))
-
-
-def _bind(
-    kern: ModuleType, p: Plan, x2: torch.Tensor, id_offset: int,
-    scratch: tuple[torch.Tensor, ...], out: tuple[torch.Tensor, ...],
-) -> tuple[Callable[[], None], Callable[[], None]]:
-    """The stream and select launches of plan ``p`` over rows ``x2`` [p.rows, V], writing ``out``."""
-    gkeys, parts, gidx, cand = scratch
-    logits, ids, lse = out
+    p = make_plan(x2.shape[0], vocab, k, config or TopKConfig())
+    dev = x.device
+    logits = torch.empty((p.rows, k), dtype=torch.float32, device=dev)
+    ids = torch.empty((p.rows, k), dtype=torch.int64, device=dev)
+    lse = torch.empty((p.rows,), dtype=torch.float32, device=dev)
+    gkeys = torch.empty((p.rows, p.groups), dtype=torch.int16, device=dev)
+    parts = torch.empty((p.rows, p.splits, 2), dtype=torch.float32, device=dev)
+    gidx = torch.empty((p.rows, p.cap), dtype=torch.int32, device=dev)
+    cand = torch.empty((p.rows, p.cap), dtype=torch.int64, device=dev)
 
     def launch_stream() -> None:
-        kern.stream_kernel[(p.rows, p.splits)](
-            x2, x2.stride(0), p.vocab, p.groups, p.chunk, p.splits, gkeys, parts,
-            TG=p.tile // p.group, G=p.group, num_warps=p.stream_warps,
-        )
+        if p.rows:
+            kern.stream_kernel[(p.rows, p.splits)](
+                x2, x2.stride(0), vocab, p.groups, p.chunk, p.splits, gkeys, parts,
+                TG=p.tile // p.group, G=p.group, num_warps=p.stream_warps,
+            )
 
     def launch_select() -> None:
-        kern.select_kernel[(p.rows,)](
-            x2, x2.stride(0), p.vocab, p.groups, p.splits, p.k, id_offset,
-            gkeys, parts, gidx, cand, logits, ids, lse,
-            MB=p.scan_block, MT=p.scan_tail, G=p.group, GT=p.gather_groups, K_P=p.k_pow2, CAP=p.cap,
-            UNROLL=p.bisect_unroll, num_warps=p.select_warps,
-            **({"maxnreg": p.select_maxnreg} if p.select_maxnreg else {}),
-        )
+        if p.rows:
+            kern.select_kernel[(p.rows,)](
+                x2, x2.stride(0), vocab, p.groups, p.splits, k, id_offset,
+                gkeys, parts, gidx, cand, logits, ids, lse,
+                MB=p.scan_block, MT=p.scan_tail, G=p.group, GT=p.gather_groups, K_P=p.k_pow2, CAP=p.cap,
+                UNROLL=p.bisect_unroll, num_warps=p.select_warps,
+                **({"maxnreg": p.select_maxnreg} if p.select_maxnreg else {}),
+            )
 
-    return launch_stream, launch_select
+    return launch_stream, launch_select, (logits.view(*lead, k), ids.view(*lead, k), lse.view(lead))

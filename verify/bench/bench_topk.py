@@ -5,10 +5,9 @@
     python -m verify.bench.bench_topk --bs 8 --k 256 --vocab 163840           # one shape
 
 Rows are ``[bs * 15, V]`` drafter logits (bf16, N(0, 3²) unless ``--kind``). For each (bs, K, V),
-side by side in one run: the fused kernel (``topk_lse``, and its two launches apart: with row
-chunks, each kernel's launches for all chunks in turn, without overlap), ``torch.topk(x, K)``,
-``torch.topk(log_softmax(x.float()), K)``, repro.ddtree's torch path (``topk_logprobs``), a
-read-once kernel (``torch.amax(x, -1)``) and the HBM floor (bytes / 4.3e12).
+side by side in one run: the fused kernel (``topk_lse``, and its two launches apart),
+``torch.topk(x, K)``, ``torch.topk(log_softmax(x.float()), K)``, repro.ddtree's torch path
+(``topk_logprobs``), a read-once kernel (``torch.amax(x, -1)``) and the HBM floor (bytes / 4.3e12).
 Every op is timed per call as CUDA-graph replays and as eager launches (CUDA events, medians),
 cycling through copies of the input (>= 256 MB in all) so that L2 does not serve the reads. The
 fused result is checked exact against a stable sort before it is timed.
@@ -18,9 +17,9 @@ K 256 over the ``--bs`` values, keeps the config with the best worst-case time/t
 uses it for the table. The stages (``SWEEP_STAGES``, pick with ``--stages``; each varies a few
 fields on top of the best config so far, or the defaults for the stages left out): ``stream``
 (tile, stream warps, programs), ``select`` (select warps, gather, bisect unroll, register cap),
-``keys`` (group size, scan block), ``overlap`` (row chunks 1/2/4/8, a chunk's select kernel on a
-side stream beside the next chunk's stream kernel, x scan_tail off/on). ``--adversarial`` adds
-rows for tie-heavy and sorted inputs (slow path). Every row records the config it ran.
+``keys`` (group size, scan block), ``tail`` (scan_tail off/on: the group keys in one padded
+tile, or a head and a tail tile). ``--adversarial`` adds rows for tie-heavy and sorted inputs
+(slow path). Every row records the config it ran.
 """
 
 from __future__ import annotations
@@ -160,11 +159,11 @@ def sweep_stages() -> list[list[dict]]:
               for w, g, r in ((4, 2048, 0), (4, 2048, 128), (8, 2048, 0), (8, 2048, 128))
               for u in (16, 1)]  # 2 and 16 warps, other gathers: slower on the H200 (docs/perf/sweep_select_*)
     keys = [{"group": g, "scan_block": b} for g, b in ((16, 16384), (32, 2048), (32, 8192), (64, 1024), (64, 4096))]
-    overlap = [{"row_chunks": c, "scan_tail": t} for t in (False, True) for c in (1, 2, 4, 8)]
-    return [stream, select, keys, overlap]
+    tail = [{"scan_tail": t} for t in (False, True)]
+    return [stream, select, keys, tail]
 
 
-SWEEP_STAGES = ("stream", "select", "keys", "overlap")
+SWEEP_STAGES = ("stream", "select", "keys", "tail")
 
 
 def sweep(bss: list[int], dtype: torch.dtype, reps: int, stages: tuple[str, ...] = SWEEP_STAGES) -> dict:

@@ -12,22 +12,21 @@ from verify.bench import bench_topk, bench_tree
 
 @pytest.mark.parametrize("stages", ["select,bogus", ","])
 def test_unknown_sweep_stage_is_a_usage_error(capsys, stages):
-    """--stages outside stream/select/keys/overlap exits 2 with one line naming the choices, before any GPU check."""
+    """--stages outside stream/select/keys/tail exits 2 with one line naming the choices, before any GPU check."""
     with pytest.raises(SystemExit) as exc:
         bench_topk.main(["--sweep", "--stages", stages])
     assert exc.value.code == 2
-    assert "--stages takes a comma-separated subset of stream,select,keys,overlap" in capsys.readouterr().err
+    assert "--stages takes a comma-separated subset of stream,select,keys,tail" in capsys.readouterr().err
 
 
 def test_every_sweep_stage_is_named_and_its_variants_are_valid_configs():
-    """SWEEP_STAGES names each stage of the sweep, every variant builds a TopKConfig, and the overlap
-    stage crosses row chunks 1/2/4/8 with scan_tail off/on."""
+    """SWEEP_STAGES names each stage of the sweep, every variant builds a TopKConfig, and the tail
+    stage tries scan_tail off and on."""
     stages = dict(zip(bench_topk.SWEEP_STAGES, bench_topk.sweep_stages(), strict=True))
     for variants in stages.values():
         for fields in variants:
             TopKConfig(**fields)
-    assert sorted((v["row_chunks"], v["scan_tail"]) for v in stages["overlap"]) == [
-        (c, t) for c in (1, 2, 4, 8) for t in (False, True)]
+    assert stages["tail"] == [{"scan_tail": False}, {"scan_tail": True}]
 
 
 def test_peaked_drafter_is_confident_and_randn_is_not():

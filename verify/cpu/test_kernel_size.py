@@ -24,7 +24,7 @@ def test_loop_threshold_search_shrinks_the_select_kernel(capsys):
         for name in ("stream_kernel", "select_kernel"):
             assert sizes[name]["local"] == 0 and 0 < sizes[name]["reg"] <= 255
     assert loop["config"]["bisect_unroll"] == 1 and unrolled["config"]["bisect_unroll"] == 16
-    assert loop["select_kernel"]["instructions"] < 0.7 * unrolled["select_kernel"]["instructions"]
+    assert loop["select_kernel"]["instructions"] < 0.75 * unrolled["select_kernel"]["instructions"]
     assert loop["stream_kernel"] == unrolled["stream_kernel"]
 
 
@@ -41,10 +41,11 @@ def test_register_cap_reaches_the_select_compile(capsys):
 
 def test_scan_tail_shrinks_the_select_kernel(capsys):
     """At the deployment shape (M 5120 group keys) a 4096 + 1024 key tile instead of 8192 gives
-    a select kernel without spills and of under 0.7 the instructions; the stream kernel is untouched."""
-    assert kernel_size.main([]) == 0
+    a select kernel (the default) without spills and of under 0.7 the instructions; the stream kernel
+    is untouched."""
+    assert kernel_size.main(["--set", "scan_tail=0"]) == 0
     one = json.loads(capsys.readouterr().out)
-    assert kernel_size.main(["--set", "scan_tail=1"]) == 0
+    assert kernel_size.main([]) == 0
     split = json.loads(capsys.readouterr().out)
     assert split["select_kernel"]["stack"] == 0
     assert split["select_kernel"]["instructions"] < 0.7 * one["select_kernel"]["instructions"]

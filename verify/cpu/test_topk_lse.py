@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from repro.kernels.topk_lse import MAX_K, SELECT_WIDE_ROWS, TopKConfig, make_plan, row_ranges, topk_lse
+from repro.kernels.topk_lse import MAX_K, SELECT_WIDE_ROWS, TopKConfig, make_plan, topk_lse
 from verify.kernel_cases import assert_exact, make_logits
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,17 +39,14 @@ CASES = [
     ("bisect-loop-random", "random", 3, 1000, 64, torch.bfloat16, {"bisect_unroll": 1}),
     ("bisect-loop-boundary", "boundary", 3, 600, 64, torch.float32, {"bisect_unroll": 4}),
     ("bisect-loop-tied", "tied", 2, 700, 7, torch.bfloat16, {"bisect_unroll": 1}),
-    # row chunks (own launches and plans per chunk): uneven chunks, more chunks than rows, slow path
-    ("chunks2-random", "random", 5, 1000, 64, torch.bfloat16, {"row_chunks": 2}),
-    ("chunks4-boundary", "boundary", 7, 600, 16, torch.float32, {"row_chunks": 4}),
-    ("chunks4-one-row", "peaked", 1, 1000, 16, torch.float16, {"row_chunks": 4}),
-    ("chunks2-tiny-tied", "tied", 3, 400, 16, torch.bfloat16, {**TINY, "row_chunks": 2}),
     # group keys as a head and a tail tile (M 500: 256 + 256; M 260: 256 + 4; M 44: 32 + 16, slow path)
     ("scan-tail-random", "random", 3, 1000, 64, torch.bfloat16, {"scan_tail": True}),
     ("scan-tail-boundary", "boundary", 3, 1040, 16, torch.bfloat16, {"group": 4, "scan_tail": True}),
     ("scan-tail-tied", "tied", 2, 700, 7, torch.bfloat16, {"scan_tail": True}),
-    ("chunks4-scan-tail", "random", 6, 999, 16, torch.float16,
-     {"row_chunks": 4, "scan_tail": True, "group": 4, "min_cap": 1}),
+    # the same key counts in one padded tile (M 500: 512; M 260: 512; M 44: 64, slow path)
+    ("one-tile-random", "random", 3, 1000, 64, torch.bfloat16, {"scan_tail": False}),
+    ("one-tile-boundary", "boundary", 3, 1040, 16, torch.bfloat16, {"group": 4, "scan_tail": False}),
+    ("one-tile-tied", "tied", 2, 700, 7, torch.bfloat16, {"scan_tail": False}),
 ]
 SHARDS = [(0, 1100), (1100, 3000)]
 
@@ -123,25 +120,16 @@ class TestMakePlan:
             TopKConfig(select_warps=3)
 
     def test_scan_tail_splits_a_padded_key_tile(self):
-        """scan_tail holds M 5120 keys as 4096 + 1024 instead of 8192; a power-of-two M, or an M
-        beyond scan_block (blocks loaded per count), keeps one head tile and no tail."""
+        """scan_tail (the default) holds M 5120 keys as 4096 + 1024 instead of 8192; a power-of-two
+        M, or an M beyond scan_block (blocks loaded per count), keeps one head tile and no tail."""
         def tiles(vocab: int, **fields: int) -> tuple[int, int]:
             p = make_plan(480, vocab, 256, TopKConfig(**fields))
             return p.scan_block, p.scan_tail
 
-        assert tiles(163840) == (8192, 0)
-        assert tiles(163840, scan_tail=True) == (4096, 1024)
-        assert tiles(131072, scan_tail=True) == (4096, 0)
-        assert tiles(163840, scan_tail=True, scan_block=4096) == (4096, 0)
-
-    @pytest.mark.parametrize(("rows", "chunks"), [(15, 4), (480, 8), (5, 2), (1, 4), (3, 8), (0, 2)])
-    def test_row_chunks_cover_the_rows_in_order(self, rows, chunks):
-        """Row chunks are non-empty, contiguous, in order, cover every row once and differ in size
-        by at most one; there are min(rows, chunks) of them."""
-        ranges = row_ranges(rows, chunks)
-        assert [r for lo, hi in ranges for r in range(lo, hi)] == list(range(rows))
-        sizes = [hi - lo for lo, hi in ranges]
-        assert len(ranges) == min(rows, chunks) and all(sizes) and max(sizes, default=0) - min(sizes, default=0) <= 1
+        assert tiles(163840, scan_tail=False) == (8192, 0)
+        assert tiles(163840) == (4096, 1024)
+        assert tiles(131072) == (4096, 0)
+        assert tiles(163840, scan_block=4096) == (4096, 0)
 
     def test_groups_shrink_when_vocab_is_small_against_k(self):
         """At V 4096 and k 1024 every token is its own group, so the key threshold stays tight."""
@@ -180,12 +168,6 @@ class TestArguments:
             TopKConfig(select_maxnreg=16)
         with pytest.raises(ValueError, match=r"TopKConfig.cap_mult must be 2, 4 or 8 \(got 3\)"):
             TopKConfig(cap_mult=3)
-
-    @pytest.mark.parametrize("chunks", [0, 3, 16])
-    def test_row_chunks_outside_the_choices_are_an_error(self, chunks):
-        """row_chunks must be 1, 2, 4 or 8."""
-        with pytest.raises(ValueError, match=rf"TopKConfig.row_chunks must be 1, 2, 4 or 8 \(got {chunks}\)"):
-            TopKConfig(row_chunks=chunks)
 
     @pytest.mark.skipif(NO_TRITON, reason="triton is not installed")
     def test_cpu_tensor_without_interpreter_is_an_error(self):

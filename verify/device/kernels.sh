@@ -3,7 +3,7 @@
 #
 #   bash verify/device/kernels.sh tests   # GPU correctness tests + pytest-benchmark smoke  (~3-5 min)
 #   bash verify/device/kernels.sh sweep   # select + key-size sweep, then the full JSON table (~5-8 min)
-#   SWEEP_STAGES=overlap bash verify/device/kernels.sh sweep  # row chunks x scan_tail, then the table
+#   SWEEP_STAGES=tail bash verify/device/kernels.sh sweep     # scan_tail off/on, then the table
 #   bash verify/device/kernels.sh bench   # the full JSON table with the default config     (~2-3 min)
 #   bash verify/device/kernels.sh profile # Nsight Compute: top-K kernels at bs 1 and 32, tree and
 #                                         # verify kernels at bs 32, B 256, peaked drafter    (~4 min)
