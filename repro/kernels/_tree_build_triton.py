@@ -249,13 +249,13 @@ def _hist_floor(hist, B, span, c, NB: tl.constexpr):
 
 
 @triton.jit
-def enum_kernel(  # noqa: PLR0915 - one fused launch builds the whole tree
+def enum_kernel(  # noqa: C901, PLR0912, PLR0915 - one fused launch builds the whole tree
     logits_ptr, ids_ptr, lse_ptr, roots_ptr,
     px_ptr, ps_ptr, pl_ptr, pb_ptr, pp_ptr, pr_ptr, pa_ptr, pd_ptr, off_ptr, sel_ptr, inv_ptr, flag_ptr,
     tokens_ptr, parents_ptr, depths_ptr, scores_ptr, nodes_ptr,
     KT, L, KB, D, B,
     CH: tl.constexpr, CAP: tl.constexpr, LOG_F: tl.constexpr, NB: tl.constexpr,
-    SEARCH_K: tl.constexpr, SEARCH_P: tl.constexpr,
+    SEARCH_K: tl.constexpr,
 ):
     """One request's tree by enumeration above a floor: no per-depth sort (needs KB = B).
 
@@ -272,6 +272,7 @@ def enum_kernel(  # noqa: PLR0915 - one fused launch builds the whole tree
     lrow = logits_ptr + b * L * KT
     pool = b * CAP
     q = tl.arange(0, CH)
+    kr = tl.arange(0, CH // 2)  # ranks: KB <= CH // 2
     neg_inf = float("-inf")
 
     ok = q < KB  # depth 1: every rank
@@ -300,7 +301,9 @@ def enum_kernel(  # noqa: PLR0915 - one fused launch builds the whole tree
         if npar > 0:
             c += tl.load(lse_ptr + b * L + d).to(tl.float64)
             drow = lrow + d * KT
+            xrow = tl.load(drow + kr, mask=kr < KB, other=0.0).to(tl.float64)  # this depth's sorted logits
             total = npar * 0
+            offs = q * 0
             for j0 in range(0, npar, CH):  # each parent's kept children: a prefix of its ranks
                 pj = j0 + q < npar
                 pat = pool + par0 + j0 + q
@@ -310,31 +313,42 @@ def enum_kernel(  # noqa: PLR0915 - one fused launch builds the whole tree
                 for _ in range(SEARCH_K):  # up to the first rank that falls under the floor
                     act = lo < hi
                     mid = (lo + hi) // 2
-                    xv = tl.load(drow + mid, mask=act, other=0.0).to(tl.float64)
-                    good = act & ((pcx + xv) - c >= floor)
+                    good = act & ((pcx + tl.gather(xrow, tl.minimum(mid, KB - 1), 0)) - c >= floor)
                     lo = tl.where(good, mid + 1, lo)
                     hi = tl.where(act & ~good, mid, hi)
-                tl.store(off_ptr + pool + j0 + q, total + tl.cumsum(lo, 0) - lo, mask=pj)
+                offs = total + tl.cumsum(lo, 0) - lo
+                tl.store(off_ptr + pool + j0 + q, offs, mask=pj)
                 total += tl.sum(lo, 0)
             if n_pool + total > CAP:
                 over = over + 1
                 npar = npar * 0
             else:
                 tl.debug_barrier()
+                steps = tl.log2(npar.to(tl.float32)).to(tl.int32) + 2  # > log2(npar): enough halvings
                 for q0 in range(0, total, CH):
                     k = q0 + q
                     lo = q * 0  # child k's parent: the last one whose offset is <= k
                     hi = lo + npar
-                    for _ in range(SEARCH_P):
-                        act = lo < hi
-                        mid = (lo + hi) // 2
-                        le = tl.load(off_ptr + pool + mid, mask=act, other=0) <= k
-                        lo = tl.where(act & le, mid + 1, lo)
-                        hi = tl.where(act & ~le, mid, hi)
+                    if npar <= CH:  # offsets still in registers
+                        for _ in range(steps):
+                            act = lo < hi
+                            mid = (lo + hi) // 2
+                            le = tl.gather(offs, tl.minimum(mid, CH - 1), 0) <= k
+                            lo = tl.where(act & le, mid + 1, lo)
+                            hi = tl.where(act & ~le, mid, hi)
+                        start = tl.gather(offs, tl.maximum(lo - 1, 0), 0)
+                    else:
+                        for _ in range(steps):
+                            act = lo < hi
+                            mid = (lo + hi) // 2
+                            le = tl.load(off_ptr + pool + mid, mask=act, other=0) <= k
+                            lo = tl.where(act & le, mid + 1, lo)
+                            hi = tl.where(act & ~le, mid, hi)
+                        start = tl.load(off_ptr + pool + lo - 1, mask=k < total, other=0)
                     kid = k < total
                     at = pool + par0 + lo - 1
-                    r = k - tl.load(off_ptr + pool + lo - 1, mask=kid, other=0)
-                    cx = tl.load(px_ptr + at, mask=kid, other=0.0) + tl.load(drow + r, mask=kid, other=0.0).to(tl.float64)
+                    r = tl.where(kid, k - start, 0)
+                    cx = tl.load(px_ptr + at, mask=kid, other=0.0) + tl.gather(xrow, tl.minimum(r, KB - 1), 0)
                     code, clen = _rank_code(r.to(tl.int64) + 1)
                     used = tl.load(pb_ptr + at, mask=kid, other=0).to(tl.int64) + clen
                     lex = tl.load(pl_ptr + at, mask=kid, other=0) | (code << tl.maximum(63 - used, 0))
@@ -396,7 +410,7 @@ def enum_kernel(  # noqa: PLR0915 - one fused launch builds the whole tree
 
 
 @triton.jit(do_not_specialize=["bs"])  # one compile for every batch size
-def verify_kernel(
+def verify_kernel(  # noqa: PLR0915 - one launch writes every verify tensor
     tokens_ptr, parents_ptr, depths_ptr, lens_ptr, bs, D, pad_token,
     ids_out, pos_out, anc_out, full_out, index_out, first_out, sibling_out, keys_ptr,
     N: tl.constexpr, NP: tl.constexpr, BS_P: tl.constexpr, ROWS: tl.constexpr, RB: tl.constexpr,
@@ -429,12 +443,13 @@ def verify_kernel(
         tl.store(full_out + start + rr * width + s + cols, 0, mask=inside)
         tl.store(anc_out + b * N * N + rr * N + cols, 0, mask=inside)
     tl.debug_barrier()
-    cur = r.to(tl.int64)  # self, then each ancestor: at most D hops
+    every_parent = tl.load(parents_ptr + b * N + tl.arange(0, NP), mask=tl.arange(0, NP) < N, other=-1)
+    cur = r.to(tl.int64)  # self, then each ancestor (hops through registers): at most D hops
     hop = real
     for _ in range(D + 1):
         tl.store(anc_out + b * N * N + r * N + cur, 1, mask=hop)
         tl.store(full_out + start + r * width + s + cur, 1, mask=hop)
-        cur = tl.load(parents_ptr + b * N + cur, mask=hop, other=-1)
+        cur = tl.where(hop, tl.gather(every_parent, tl.minimum(tl.maximum(cur, 0), NP - 1).to(tl.int32), 0), -1)
         hop = hop & (cur >= 0)
 
     if t == 0:  # first child: smallest child index; next sibling: successor in (parent, index) order

@@ -105,14 +105,12 @@ the B-th best score (theta_1: depth 1's B-th score), so few nodes are kept that 
 def enum_kernel_constants(budget: int) -> dict[str, int]:
     """The enumeration kernel's compile-time sizes for a budget in [1, MAX_BUDGET]."""
     fp = max(2, _pow2(budget))
-    cap = 16 * fp  # kept nodes of every depth
     return {
         "CH": 2 * fp,  # parents or children held in registers at a time
-        "CAP": cap,
+        "CAP": 16 * fp,  # kept nodes of every depth
         "LOG_F": fp.bit_length() - 1,
         "NB": ENUM_BINS,
         "SEARCH_K": budget.bit_length(),  # binary search over ranks [0, B]
-        "SEARCH_P": cap.bit_length(),  # and over parents [0, CAP]
     }
 
 
