@@ -165,7 +165,8 @@ def build_trees_fused_flagged(
                 *(torch.empty(bs * cap, **i32) for _ in range(5)))
         _enum_kernel()[(bs,)](
             logits, ids, lse, roots, *pool, torch.empty(bs * cap, **i32), torch.empty(bs * s, **i32),
-            torch.empty(bs * cap, **i32), flags, *outputs, **e, num_warps=num_warps,
+            torch.empty(bs * cap, **i32), torch.empty(bs * ENUM_BINS, **i32), flags, *outputs, **e,
+            num_warps=num_warps,
         )
     else:
         flags = torch.ones(bs, **i32)

@@ -31,7 +31,7 @@ POINTER_TYPES = {
     "depths_ptr": "*i64", "scores_ptr": "*fp64", "nodes_ptr": "*i64",
     "cs_ptr": "*fp64", "cl_ptr": "*i64", "ci_ptr": "*i32", "flag_ptr": "*i32",
     "px_ptr": "*fp64", "ps_ptr": "*fp64", "pl_ptr": "*i64", "pb_ptr": "*i32", "pp_ptr": "*i32", "pr_ptr": "*i32",
-    "pa_ptr": "*i32", "pd_ptr": "*i32", "off_ptr": "*i32", "sel_ptr": "*i32",
+    "pa_ptr": "*i32", "pd_ptr": "*i32", "off_ptr": "*i32", "sel_ptr": "*i32", "hist_ptr": "*i32",
 }
 """Pointer arguments of the kernels by name (bf16 drafter logits); other arguments are i32."""
 
