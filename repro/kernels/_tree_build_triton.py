@@ -231,7 +231,8 @@ def tree_kernel(  # noqa: PLR0915 - one fused launch builds the whole tree
 @triton.jit
 def _bins(s, inv_w, NB: tl.constexpr):
     """Histogram bin of scores ``s`` <= 0: floor(-s * inv_w), clamped to [0, NB - 1]."""
-    t = tl.minimum(tl.maximum(-s * inv_w, 0.0), NB - 1.0)
+    t = -s * inv_w
+    t = tl.minimum(tl.maximum(tl.where(t == t, t, NB - 1.0), 0.0), NB - 1.0)  # NaN (-inf * 0): last bin
     return t.to(tl.int32)
 
 
@@ -287,7 +288,8 @@ def enum_kernel(  # noqa: C901, PLR0912, PLR0915 - one fused launch builds the w
     tl.store(pr_ptr + pool + q, q, mask=ok)
     tl.store(pa_ptr + pool + q, tl.full([CH], -1, tl.int32), mask=ok)
     tl.store(pd_ptr + pool + q, tl.full([CH], 1, tl.int32), mask=ok)
-    span = tl.maximum(c - tl.load(lrow + B - 1).to(tl.float64), 1e-6) * 1.0625
+    theta = tl.load(lrow + B - 1).to(tl.float64) - c  # depth 1's B-th score
+    span = tl.maximum(-theta, 1e-6) * 1.0625
     inv_w = NB / span
     # the histogram lives in global memory: relaxed atomics, then an L2 read after a barrier
     # (tl.histogram's shared-memory atomics took half the kernel's time on the H200)
@@ -300,8 +302,8 @@ def enum_kernel(  # noqa: C901, PLR0912, PLR0915 - one fused launch builds the w
     floor = _hist_floor(tl.load(hist_row + nb, cache_modifier=".cg"), B, span, c, NB)
     n_pool = KB
     par0 = n_pool * 0
-    npar = n_pool
-    over = n_pool * 0
+    over = (theta == neg_inf).to(tl.int32)  # fewer than B finite logits: the frontier kernel's case
+    npar = tl.where(over == 0, n_pool, 0)
     tl.debug_barrier()
 
     for d in range(1, D):

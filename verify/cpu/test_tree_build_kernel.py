@@ -35,6 +35,9 @@ for budget in (16, 64, 200):  # confident drafter, deep trees: pruned, compacted
 tied = torch.zeros(2, 4, 40)
 tied[:, :, 0] = 200.0  # a certain chain, every other token tied: too many finalists for the enumeration
 cases.append((tied, 8))
+masked = torch.randn(2, 3, 40, generator=g)
+masked[0, :, 5:] = float("-inf")  # fewer than B finite logits in a row: handed to the frontier kernel
+cases.append((masked, 8))
 built = {"enum": 0, "frontier": 0}
 for x, budget in cases:
     topk = topk_logprobs(x, max(1, min(budget, x.shape[-1])))
@@ -60,14 +63,14 @@ print(f"{len(cases)} cases equal; requests built by enum_kernel {built['enum']},
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
 def test_fused_kernels_equal_the_torch_path_under_the_interpreter():
     """Worked example, 12 seeded ties/random/flat cases, a certain-token case, three deep trees
-    at B 16 / 64 / 200 and a case of one certain token among tied ones: trees and verify tensors (FULL mask sized exactly and
+    at B 16 / 64 / 200 a case of one certain token among tied ones and one of -inf logits: trees and verify tensors (FULL mask sized exactly and
     by an upper bound) match exactly, with strided roots and prefix lengths; both the enumeration
     kernel and the frontier kernel it hands tied requests to built some of them."""
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO)}
     proc = subprocess.run([sys.executable, "-c", SCRIPT], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "20 cases equal" in proc.stdout
+    assert "21 cases equal" in proc.stdout
     enum, frontier = (int(n) for n in re.findall(r"kernel (\d+)", proc.stdout))
     assert enum >= 10, proc.stdout  # the enumeration kernel built most trees ...
     assert frontier >= 2, proc.stdout  # ... and handed the all-tied ones to the frontier kernel
