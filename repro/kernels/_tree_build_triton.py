@@ -232,7 +232,8 @@ def tree_kernel(  # noqa: PLR0915 - one fused launch builds the whole tree
 def _bins(s, inv_w, NB: tl.constexpr):
     """Histogram bin of scores ``s`` <= 0: floor(-s * inv_w), clamped to [0, NB - 1]."""
     t = -s * inv_w
-    t = tl.minimum(tl.maximum(tl.where(t == t, t, NB - 1.0), 0.0), NB - 1.0)  # NaN (-inf * 0): last bin
+    t = tl.where(t == t, t, NB - 1.0)  # noqa: PLR0124 - a NaN test: -inf * 0 goes to the last bin
+    t = tl.minimum(tl.maximum(t, 0.0), NB - 1.0)
     return t.to(tl.int32)
 
 

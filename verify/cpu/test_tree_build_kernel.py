@@ -63,9 +63,10 @@ print(f"{len(cases)} cases equal; requests built by enum_kernel {built['enum']},
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
 def test_fused_kernels_equal_the_torch_path_under_the_interpreter():
     """Worked example, 12 seeded ties/random/flat cases, a certain-token case, three deep trees
-    at B 16 / 64 / 200 a case of one certain token among tied ones and one of -inf logits: trees and verify tensors (FULL mask sized exactly and
-    by an upper bound) match exactly, with strided roots and prefix lengths; both the enumeration
-    kernel and the frontier kernel it hands tied requests to built some of them."""
+    at B 16 / 64 / 200, a case of one certain token among tied ones and one of -inf logits: trees
+    and verify tensors (FULL mask sized exactly and by an upper bound) match exactly, with strided
+    roots and prefix lengths; both the enumeration kernel and the frontier kernel it hands tied
+    requests to built some of them."""
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO)}
     proc = subprocess.run([sys.executable, "-c", SCRIPT], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=600, check=False)
