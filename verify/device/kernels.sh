@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Device run for the fused top-K + lse kernel (issue 6, item 1). From the repository root:
+# Device run for the fused DDTree kernels (issue 6). From the repository root:
 #
-#   bash verify/device/kernels.sh tests   # GPU correctness tests + pytest-benchmark smoke  (~3-5 min)
+#   bash verify/device/kernels.sh tests   # top-K GPU correctness tests + pytest-benchmark smoke (~3-5 min)
+#   bash verify/device/kernels.sh tree    # tree/verify kernel GPU tests, then bench_tree at bs 32, B 256,
+#                                         # peaked and N(0, 1) drafters (~6-8 min cold, ~3 min warm)
 #   bash verify/device/kernels.sh sweep   # select + key-size sweep, then the full JSON table (~5-8 min)
 #   SWEEP_STAGES=tail bash verify/device/kernels.sh sweep     # scan_tail off/on, then the table
 #   bash verify/device/kernels.sh bench   # the full JSON table with the default config     (~2-3 min)
@@ -9,6 +11,7 @@
 #                                         # verify kernels at bs 32, B 256, peaked drafter    (~4 min)
 #
 # Logs and JSON go to $OUT (default build/device): tests.log, junit-topk.xml, pytest-bench.json,
+# tree_tests.log, junit-tree.xml, bench_tree.json,
 # bench.log, bench_topk.json, profile.log, ncu.txt, topk.ncu-rep,
 # source_sass.csv.xz, source_py.csv.xz (per-instruction / per-line stall samples), gpu.txt. Exit status is non-zero
 # if a test failed or a result was not exact. Each phase fits in one 10-minute device command.
@@ -17,6 +20,9 @@ cd "$(dirname "$0")/../.."
 OUT=${OUT:-build/device}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+# Triton's compile cache inside the (ignored) build folder: kept between calls on a warm machine,
+# where cold compiles of the B 256 kernels cost minutes.
+export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$PWD/build/triton-cache}
 PY=${PYTHON:-python3}
 phase=${1:-tests}
 rc=0
@@ -32,6 +38,16 @@ tests)
   rc=${PIPESTATUS[0]}
   timeout 150 "$PY" -m pytest verify/bench/test_bench_topk.py -q -p no:cacheprovider --benchmark-only \
     --benchmark-json="$OUT/pytest-bench.json" 2>&1 | tail -20 | tee -a "$OUT/tests.log"
+  ;;
+tree)
+  xdist=()
+  "$PY" -c 'import xdist' 2>/dev/null && xdist=(-n 8)
+  timeout 330 "$PY" -m pytest verify/gpu/test_tree_build.py -q -rfEs -p no:cacheprovider "${xdist[@]}" \
+    --junitxml="$OUT/junit-tree.xml" 2>&1 | tail -20 | tee "$OUT/tree_tests.log"
+  rc=${PIPESTATUS[0]}
+  timeout 200 "$PY" -m verify.bench.bench_tree --bs 32 --budget 256 --dist peaked randn --iters 20 \
+    --out "$OUT/bench_tree.json" 2>&1 | tail -5 | tee -a "$OUT/tree_tests.log"
+  [[ ${PIPESTATUS[0]} == 0 ]] || rc=1
   ;;
 sweep | bench)
   args=(--adversarial)
@@ -71,7 +87,7 @@ PY
   xz -T0 -6 "$OUT/source_sass.csv" "$OUT/source_py.csv"
   ;;
 *)
-  echo "kernels.sh: phase must be tests, sweep, bench or profile (got $phase)" >&2
+  echo "kernels.sh: phase must be tests, tree, sweep, bench or profile (got $phase)" >&2
   exit 2
   ;;
 esac
