@@ -1,6 +1,6 @@
 """Triton kernels behind :func:`repro.kernels.topk_lse.topk_lse` (imported lazily: needs triton).
 
-Two launches, one pass over the logits:
+Two stages, one pass over the logits:
 
 1. ``stream_kernel`` (grid rows x splits) reads each row once. Per group of ``G`` consecutive
    tokens it writes a 16-bit order key of the group's maximum, and per split the running
@@ -13,6 +13,9 @@ Two launches, one pass over the logits:
    candidates than ``CAP`` (ties, sorted rows) takes an exact slow path: a running top-K over the
    whole row in id order.
    Both paths share one sort, so the kernel compiles one bitonic network.
+
+``fused_kernel`` runs both in one launch: the last of a row's stream programs to finish selects
+that row, so selects overlap the streaming of later rows.
 
 Exact order: a token's sort key is the int64 ``(ordered float32 bits << 32) | (2**32 - 1 - id)``,
 so key descending is value descending, ties by ascending id; -0.0 is keyed as +0.0 (they are equal).
@@ -74,14 +77,9 @@ def _merge_desc(a, b, K_P: tl.constexpr):
     return out
 
 
-@triton.jit(do_not_specialize=["S"])  # S changes with the row count; chunk stays a multiple of the tile
-def stream_kernel(
-    x_ptr, stride_row, V, M, chunk, S, gkey_ptr, part_ptr,
-    TG: tl.constexpr, G: tl.constexpr,
-):
-    """Per (row, split): 16-bit order key of every group maximum, and the split's (max, sumexp)."""
-    r = tl.program_id(0).to(tl.int64)
-    p = tl.program_id(1)
+@triton.jit
+def _stream_split(x_ptr, stride_row, V, M, chunk, S, gkey_ptr, part_ptr, r, p, TG: tl.constexpr, G: tl.constexpr):
+    """Split ``p`` of row ``r``: 16-bit order key of every group maximum, and the split's (max, sumexp)."""
     row = x_ptr + r * stride_row
     g_ar = tl.arange(0, TG)
     e_ar = tl.arange(0, G)
@@ -109,26 +107,38 @@ def stream_kernel(
     tl.store(part_ptr + (r * S + p) * 2 + 1, s)
 
 
+@triton.jit(do_not_specialize=["S"])  # S changes with the row count; chunk stays a multiple of the tile
+def stream_kernel(
+    x_ptr, stride_row, V, M, chunk, S, gkey_ptr, part_ptr,
+    TG: tl.constexpr, G: tl.constexpr,
+):
+    """Per (row, split): :func:`_stream_split`."""
+    _stream_split(x_ptr, stride_row, V, M, chunk, S, gkey_ptr, part_ptr,
+                  tl.program_id(0).to(tl.int64), tl.program_id(1), TG, G)
+
+
 @triton.jit
-def _merge_lse(part_row, S):
-    """logsumexp of a row from its ``S`` splits' (max, sum of exp(x - max)) pairs."""
-    so = tl.arange(0, 64)
-    m = tl.max(tl.load(part_row + so * 2, mask=so < S, other=float("-inf")), axis=0)
-    for c in range(64, S, 64):
-        ms = tl.load(part_row + (c + so) * 2, mask=c + so < S, other=float("-inf"))
-        m = tl.maximum(m, tl.max(ms, axis=0))
-    total = m * 0.0
-    for c in range(0, S, 64):
-        ms = tl.load(part_row + (c + so) * 2, mask=c + so < S, other=float("-inf"))
-        ss = tl.load(part_row + (c + so) * 2 + 1, mask=c + so < S, other=0.0)
-        total += tl.sum(ss * tl.exp2((ms - m) * LOG2E), axis=0)
+def _merge_lse(part_row, S, SP: tl.constexpr):
+    """logsumexp of a row from its ``S`` splits' (max, sum of exp(x - max)) pairs, ``SP`` pairs per
+    load (one load when S <= SP: the select's first step is latency-bound at small bs).
+
+    L2 loads (.cg): in the fused kernel other programs wrote the pairs during this launch."""
+    so = tl.arange(0, SP)
+    m = tl.full([], float("-inf"), tl.float32)
+    total = tl.zeros([], tl.float32)
+    for c in range(0, S, SP):
+        ms = tl.load(part_row + (c + so) * 2, mask=c + so < S, other=float("-inf"), cache_modifier=".cg")
+        ss = tl.load(part_row + (c + so) * 2 + 1, mask=c + so < S, other=0.0, cache_modifier=".cg")
+        m_new = tl.maximum(m, tl.max(ms, axis=0))
+        total = total * tl.exp2((m - m_new) * LOG2E) + tl.sum(ss * tl.exp2((ms - m_new) * LOG2E), axis=0)
+        m = m_new
     return m + tl.log(total)
 
 
 @triton.jit
 def _biased_keys(gk_row, gi, M):
     """Group keys ``gi`` as int32 in [0, 65536) (order key + 32768); -1 where ``gi >= M``."""
-    u = tl.load(gk_row + gi, mask=gi < M, other=0).to(tl.int32) + KEY_BIAS
+    u = tl.load(gk_row + gi, mask=gi < M, other=0, cache_modifier=".cg").to(tl.int32) + KEY_BIAS
     return tl.where(gi < M, u, -1)
 
 
@@ -217,10 +227,12 @@ def _compact_candidates(row, V, tb, gidx_row, nsel, cand_row,
     for j0 in range(0, nsel, GT):
         idx_next, valid_next, x_next = _load_groups(row, V, gidx_row, j0 + GT + ga, nsel, G)
         key, tk = _sort_keys(x, idx)
-        c = tl.reshape(valid & (tk + KEY_BIAS >= tb), [GT * G]).to(tl.int32)
-        pos = ncand + tl.cumsum(c, axis=0) - 1
-        tl.store(cand_row + pos, tl.reshape(key, [GT * G]), mask=(c > 0) & (pos < CAP))
-        ncand += tl.sum(c, axis=0)
+        # slots per group (a prefix sum over GT counts), then within the group: no scan over GT * G
+        c = (valid & (tk + KEY_BIAS >= tb)).to(tl.int32)
+        per = tl.sum(c, axis=1)
+        pos = (ncand + tl.cumsum(per, axis=0) - per)[:, None] + tl.cumsum(c, axis=1) - 1
+        tl.store(cand_row + pos, key, mask=(c > 0) & (pos < CAP))
+        ncand += tl.sum(per, axis=0)
         idx, valid, x = idx_next, valid_next, x_next
     return ncand
 
@@ -256,15 +268,14 @@ def _top_keys(row, V, K, tb, cand_row, ncand, K_P: tl.constexpr, CAP: tl.constex
     return state
 
 
-@triton.jit(do_not_specialize=["S"])
-def select_kernel(
-    x_ptr, stride_row, V, M, S, K, id_offset,
+@triton.jit
+def _select_row(
+    x_ptr, stride_row, V, M, S, K, id_offset, r,
     gkey_ptr, part_ptr, gidx_ptr, cand_ptr, val_ptr, id_ptr, lse_ptr,
     MB: tl.constexpr, MT: tl.constexpr, G: tl.constexpr, GT: tl.constexpr,
-    K_P: tl.constexpr, CAP: tl.constexpr, UNROLL: tl.constexpr,
+    K_P: tl.constexpr, CAP: tl.constexpr, UNROLL: tl.constexpr, SP: tl.constexpr,
 ):
-    """Per row: logsumexp, then the exact top-K (value desc, id asc) from the few candidates."""
-    r = tl.program_id(0).to(tl.int64)
+    """Row ``r``: logsumexp, then the exact top-K (value desc, id asc) from the few candidates."""
     row = x_ptr + r * stride_row
 
     gk_row = gkey_ptr + r * M
@@ -273,7 +284,7 @@ def select_kernel(
     if MT > 0:
         u1 = _biased_keys(gk_row, MB + tl.arange(0, MT), M)
 
-    tl.store(lse_ptr + r, _merge_lse(part_ptr + r * S * 2, S))
+    tl.store(lse_ptr + r, _merge_lse(part_ptr + r * S * 2, S, SP))
 
     tb = _threshold(gk_row, M, K, u0, u1, MB, MT, UNROLL)
     gidx_row = gidx_ptr + r * CAP
@@ -288,3 +299,45 @@ def select_kernel(
     o = tl.arange(0, K_P)
     tl.store(val_ptr + r * K + o, val, mask=o < K)
     tl.store(id_ptr + r * K + o, ids, mask=o < K)
+
+
+@triton.jit(do_not_specialize=["S"])
+def select_kernel(
+    x_ptr, stride_row, V, M, S, K, id_offset,
+    gkey_ptr, part_ptr, gidx_ptr, cand_ptr, val_ptr, id_ptr, lse_ptr,
+    MB: tl.constexpr, MT: tl.constexpr, G: tl.constexpr, GT: tl.constexpr,
+    K_P: tl.constexpr, CAP: tl.constexpr, UNROLL: tl.constexpr, SP: tl.constexpr,
+):
+    """Per row: :func:`_select_row`, after ``stream_kernel`` has run."""
+    _select_row(x_ptr, stride_row, V, M, S, K, id_offset, tl.program_id(0).to(tl.int64),
+                gkey_ptr, part_ptr, gidx_ptr, cand_ptr, val_ptr, id_ptr, lse_ptr,
+                MB, MT, G, GT, K_P, CAP, UNROLL, SP)
+
+
+@triton.jit(do_not_specialize=["S"])
+def fused_kernel(
+    x_ptr, stride_row, V, M, chunk, S, K, id_offset,
+    gkey_ptr, part_ptr, gidx_ptr, cand_ptr, val_ptr, id_ptr, lse_ptr, arrived_ptr,
+    TG: tl.constexpr, MB: tl.constexpr, MT: tl.constexpr, G: tl.constexpr, GT: tl.constexpr,
+    K_P: tl.constexpr, CAP: tl.constexpr, UNROLL: tl.constexpr, SP: tl.constexpr,
+):
+    """Both stages in one launch: program ``pid`` streams split ``pid % S`` of row ``pid // S``; the
+    last of a row's S programs to finish selects that row.
+
+    A row's splits are adjacent program ids, so rows finish streaming one after another and their
+    selects (instruction-bound) overlap the streaming (memory-bound) of later rows. ``arrived_ptr``
+    counts finished splits per row; it is zero before the launch, and the selecting program resets
+    it, so CUDA-graph replays need no memset. Ordering as in a split-K semaphore: a barrier, then
+    one gpu-scope acq_rel atomic publishes this program's stores and, in the last program,
+    acquires the others'; the select reads them from L2.
+    """
+    pid = tl.program_id(0)
+    r = (pid // S).to(tl.int64)
+    _stream_split(x_ptr, stride_row, V, M, chunk, S, gkey_ptr, part_ptr, r, pid % S, TG, G)
+    tl.debug_barrier()
+    if tl.atomic_add(arrived_ptr + r, 1, sem="acq_rel", scope="gpu") == S - 1:
+        tl.store(arrived_ptr + r, 0)
+        tl.debug_barrier()
+        _select_row(x_ptr, stride_row, V, M, S, K, id_offset, r,
+                    gkey_ptr, part_ptr, gidx_ptr, cand_ptr, val_ptr, id_ptr, lse_ptr,
+                    MB, MT, G, GT, K_P, CAP, UNROLL, SP)

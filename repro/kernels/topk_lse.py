@@ -57,6 +57,8 @@ class TopKConfig:
     scan_block: int = 8192  # group keys the select kernel holds in registers (power of two)
     bisect_unroll: int = 1  # unroll factor of the 16-step threshold search (16: fully, 1: a loop)
     select_maxnreg: int = 128  # register cap per select thread (0: the compiler's choice); lower fits more rows per SM
+    fuse: bool = False  # one launch: the last stream program of a row selects it (fused_kernel), overlapping
+    # selects with later rows' streaming; the select stage then runs at stream_warps
     scan_tail: bool = True  # hold the M group keys as a pow2_floor(M) head and a pow2_ceil(rest) tail, not one
     # pow2_ceil(M) tile (less padding to count over; M 5120: 4096 + 1024 not 8192), when that fits in scan_block;
     # H200, V 163840, K 256, us at bs 1/8/32/64: on 25.0/36.6/101.5/182.5, off 24.0/35.4/111.4/197.4
@@ -107,6 +109,8 @@ class Plan:
     stream_warps: int
     select_warps: int
     select_maxnreg: int
+    lse_block: int  # SP: split partials the select loads at once (pow2 >= splits, at most 1024)
+    fuse: bool
 
 
 def _pow2_ceil(n: int) -> int:
@@ -130,6 +134,7 @@ def make_plan(rows: int, vocab: int, k: int, config: TopKConfig) -> Plan:
     if config.scan_tail and head >= groups > _pow2_floor(groups):  # every key in one padded tile: split it
         head = _pow2_floor(groups)
         tail = _pow2_ceil(groups - head)
+    splits = -(-vocab // chunk)
     return Plan(
         rows=rows,
         vocab=vocab,
@@ -137,7 +142,7 @@ def make_plan(rows: int, vocab: int, k: int, config: TopKConfig) -> Plan:
         group=group,
         groups=groups,
         tile=tile,
-        splits=-(-vocab // chunk),
+        splits=splits,
         chunk=chunk,
         k_pow2=k_pow2,
         cap=max(config.cap_mult * k_pow2, config.min_cap),
@@ -148,7 +153,25 @@ def make_plan(rows: int, vocab: int, k: int, config: TopKConfig) -> Plan:
         stream_warps=config.stream_warps,
         select_warps=config.select_warps or (8 if rows < SELECT_WIDE_ROWS else 4),
         select_maxnreg=config.select_maxnreg,
+        lse_block=min(_pow2_ceil(splits), 1024),
+        fuse=config.fuse,
     )
+
+
+_ARRIVED: dict[tuple[torch.device, int], torch.Tensor] = {}
+
+
+def _arrived(rows: int, device: torch.device) -> torch.Tensor:
+    """Per-row arrival counters of ``fused_kernel``, one zeroed buffer per (device, stream).
+
+    The kernel leaves them zero, so later calls and CUDA-graph replays reuse the buffer with no
+    memset; launches on one stream run in order, so they never share it at the same time."""
+    stream = torch.cuda.current_stream(device).stream_id if device.type == "cuda" else 0
+    buf = _ARRIVED.get((device, stream))
+    if buf is None or buf.numel() < rows:
+        buf = torch.zeros(max(rows, 1024), dtype=torch.int32, device=device)
+        _ARRIVED[(device, stream)] = buf
+    return buf
 
 
 def _check_args(x: torch.Tensor, k: int, id_offset: int) -> None:
@@ -195,6 +218,7 @@ def prepare(
 
     ``(launch_stream, launch_select, (logits, ids, lse))``: calling both in order fills the
     outputs from the current contents of ``x``. Benchmarks use it to time the kernels separately.
+    With ``config.fuse`` the first launch does both stages and the second does nothing.
     """
     _check_args(x, k, id_offset)
     from repro.kernels import _topk_lse_triton as kern
@@ -219,6 +243,22 @@ def prepare(
     gidx = torch.empty((p.rows, p.cap), dtype=torch.int32, device=dev)
     cand = torch.empty((p.rows, p.cap), dtype=torch.int64, device=dev)
 
+    select_consts = {"MB": p.scan_block, "MT": p.scan_tail, "G": p.group, "GT": p.gather_groups, "K_P": p.k_pow2,
+                     "CAP": p.cap, "UNROLL": p.bisect_unroll, "SP": p.lse_block}
+    if p.fuse:
+        arrived = _arrived(p.rows, dev)
+
+        def launch_fused() -> None:
+            if p.rows:
+                kern.fused_kernel[(p.rows * p.splits,)](
+                    x2, x2.stride(0), vocab, p.groups, p.chunk, p.splits, k, id_offset,
+                    gkeys, parts, gidx, cand, logits, ids, lse, arrived,
+                    TG=p.tile // p.group, **select_consts, num_warps=p.stream_warps,
+                    **({"maxnreg": p.select_maxnreg} if p.select_maxnreg else {}),
+                )
+
+        return launch_fused, lambda: None, (logits.view(*lead, k), ids.view(*lead, k), lse.view(lead))
+
     def launch_stream() -> None:
         if p.rows:
             kern.stream_kernel[(p.rows, p.splits)](
@@ -230,9 +270,7 @@ def prepare(
         if p.rows:
             kern.select_kernel[(p.rows,)](
                 x2, x2.stride(0), vocab, p.groups, p.splits, k, id_offset,
-                gkeys, parts, gidx, cand, logits, ids, lse,
-                MB=p.scan_block, MT=p.scan_tail, G=p.group, GT=p.gather_groups, K_P=p.k_pow2, CAP=p.cap,
-                UNROLL=p.bisect_unroll, num_warps=p.select_warps,
+                gkeys, parts, gidx, cand, logits, ids, lse, **select_consts, num_warps=p.select_warps,
                 **({"maxnreg": p.select_maxnreg} if p.select_maxnreg else {}),
             )
 

@@ -47,6 +47,10 @@ CASES = [
     ("one-tile-random", "random", 3, 1000, 64, torch.bfloat16, {"scan_tail": False}),
     ("one-tile-boundary", "boundary", 3, 1040, 16, torch.bfloat16, {"group": 4, "scan_tail": False}),
     ("one-tile-tied", "tied", 2, 700, 7, torch.bfloat16, {"scan_tail": False}),
+    # one launch: the last stream program of each row selects it (many splits per row; slow path)
+    ("fused-random", "random", 3, 1000, 64, torch.bfloat16, {"fuse": True}),
+    ("fused-tiny-config", "boundary", 2, 999, 16, torch.bfloat16, {**TINY, "fuse": True}),
+    ("fused-tied", "tied", 2, 700, 7, torch.bfloat16, {"fuse": True, "programs": 64, "tile": 128}),
 ]
 SHARDS = [(0, 1100), (1100, 3000)]
 
