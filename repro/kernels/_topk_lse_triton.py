@@ -5,17 +5,14 @@ Two stages, one pass over the logits:
 1. ``stream_kernel`` (grid rows x splits) reads each row once. Per group of ``G`` consecutive
    tokens it writes a 16-bit order key of the group's maximum, and per split the running
    (max, sum of exp) of the logsumexp.
-2. ``select_kernel`` (grid rows) merges the lse partials, finds by a bitwise binary search over
-   the group keys (held in registers: one tile of ``MB`` keys, or a head of ``MB`` plus a tail of
-   ``MT`` when those two cover the row) the threshold ``tb`` that at least ``K`` groups reach (so
-   at least ``K`` tokens do, and every top-K token does), re-reads only the groups that reach
-   it, compacts the tokens that reach it, and sorts those few candidates exactly. A row with more
-   candidates than ``CAP`` (ties, sorted rows) takes an exact slow path: a running top-K over the
-   whole row in id order.
+2. ``select_kernel`` (grid rows) merges the lse partials, finds by a binary search over the
+   super keys (the maximum of each set of ``R`` group keys; the group keys are held in registers:
+   one tile of ``MB`` keys, or a head of ``MB`` plus a tail of ``MT`` when those two cover the row)
+   the threshold ``tb`` that at least ``K`` super keys reach (so at least ``K`` groups and tokens
+   do, and every top-K token does), re-reads only the groups that reach it, compacts the tokens
+   that reach it, and sorts those few candidates exactly. A row with more candidates than ``CAP``
+   (ties, sorted rows) takes an exact slow path: a running top-K over the whole row in id order.
    Both paths share one sort, so the kernel compiles one bitonic network.
-
-``fused_kernel`` runs both in one launch: the last of a row's stream programs to finish selects
-that row, so selects overlap the streaming of later rows.
 
 Exact order: a token's sort key is the int64 ``(ordered float32 bits << 32) | (2**32 - 1 - id)``,
 so key descending is value descending, ties by ascending id; -0.0 is keyed as +0.0 (they are equal).
@@ -120,15 +117,13 @@ def stream_kernel(
 @triton.jit
 def _merge_lse(part_row, S, SP: tl.constexpr):
     """logsumexp of a row from its ``S`` splits' (max, sum of exp(x - max)) pairs, ``SP`` pairs per
-    load (one load when S <= SP: the select's first step is latency-bound at small bs).
-
-    L2 loads (.cg): in the fused kernel other programs wrote the pairs during this launch."""
+    load (one load when S <= SP: the select's first step is latency-bound at small bs)."""
     so = tl.arange(0, SP)
     m = tl.full([], float("-inf"), tl.float32)
     total = tl.zeros([], tl.float32)
     for c in range(0, S, SP):
-        ms = tl.load(part_row + (c + so) * 2, mask=c + so < S, other=float("-inf"), cache_modifier=".cg")
-        ss = tl.load(part_row + (c + so) * 2 + 1, mask=c + so < S, other=0.0, cache_modifier=".cg")
+        ms = tl.load(part_row + (c + so) * 2, mask=c + so < S, other=float("-inf"))
+        ss = tl.load(part_row + (c + so) * 2 + 1, mask=c + so < S, other=0.0)
         m_new = tl.maximum(m, tl.max(ms, axis=0))
         total = total * tl.exp2((m - m_new) * LOG2E) + tl.sum(ss * tl.exp2((ms - m_new) * LOG2E), axis=0)
         m = m_new
@@ -138,43 +133,77 @@ def _merge_lse(part_row, S, SP: tl.constexpr):
 @triton.jit
 def _biased_keys(gk_row, gi, M):
     """Group keys ``gi`` as int32 in [0, 65536) (order key + 32768); -1 where ``gi >= M``."""
-    u = tl.load(gk_row + gi, mask=gi < M, other=0, cache_modifier=".cg").to(tl.int32) + KEY_BIAS
+    u = tl.load(gk_row + gi, mask=gi < M, other=0).to(tl.int32) + KEY_BIAS
     return tl.where(gi < M, u, -1)
 
 
 @triton.jit
-def _count_reaching(gk_row, M, u0, u1, t, MB: tl.constexpr, MT: tl.constexpr):
-    """How many biased group keys are >= ``t`` (>= 1).
+def _supers(u, R: tl.constexpr):
+    """Super keys: the maximum of each of ``len(u) / R`` disjoint sets of ``R`` keys of ``u``.
 
-    ``u0``: the first MB keys, -1 padded. With a tail (``MT > 0``) ``u1`` holds the keys from MB on
-    and the two cover the row; without, blocks of MB keys past the head are loaded here.
+    If at least K super keys reach t, at least K groups (one per set) and so at least K tokens
+    reach t: a threshold found over super keys is a valid, slightly lower, group threshold, found
+    by counting R times fewer keys. Any partition works, so the reshape may reorder."""
+    if R == 1:
+        out = u
+    else:
+        out = tl.max(tl.reshape(u, [u.shape[0] // R, R], can_reorder=True), axis=1)
+    return out
+
+
+@triton.jit
+def _count_reaching(gk_row, M, s0, s1, t, MB: tl.constexpr, MT: tl.constexpr, R: tl.constexpr):
+    """How many super keys (:func:`_supers` of ``R`` biased group keys) are >= ``t`` (>= 0).
+
+    ``s0``: those of the first MB keys, -1 padded. With a tail (``MT > 0``) ``s1`` holds those of
+    the keys from MB on and the two cover the row; without, blocks of MB keys past the head are
+    loaded here.
     """
-    n = tl.sum((u0 >= t).to(tl.int32), axis=0)
+    n = tl.sum((s0 >= t).to(tl.int32), axis=0)
     if MT > 0:
-        n += tl.sum((u1 >= t).to(tl.int32), axis=0)
+        n += tl.sum((s1 >= t).to(tl.int32), axis=0)
     else:
         mo = tl.arange(0, MB)
         for c in range(MB, M, MB):
-            gi = c + mo
-            u = _biased_keys(gk_row, gi, M)
-            n += tl.sum((u >= t).to(tl.int32), axis=0)
+            n += tl.sum((_supers(_biased_keys(gk_row, c + mo, M), R) >= t).to(tl.int32), axis=0)
     return n
 
 
 @triton.jit
-def _threshold(gk_row, M, K, u0, u1, MB: tl.constexpr, MT: tl.constexpr, UNROLL: tl.constexpr):
-    """Largest biased 16-bit key ``tb`` that at least ``K`` group keys reach (0 if fewer than K).
+def _key_range(gk_row, M, s0, s1, MB: tl.constexpr, MT: tl.constexpr, R: tl.constexpr):
+    """(smallest, largest + 1) of the super keys (padding excluded)."""
+    lo = tl.min(tl.where(s0 >= 0, s0, 1 << 16), axis=0)
+    hi = tl.max(s0, axis=0) + 1
+    if MT > 0:
+        lo = tl.minimum(lo, tl.min(tl.where(s1 >= 0, s1, 1 << 16), axis=0))
+        hi = tl.maximum(hi, tl.max(s1, axis=0) + 1)
+    else:
+        mo = tl.arange(0, MB)
+        for c in range(MB, M, MB):
+            sc = _supers(_biased_keys(gk_row, c + mo, M), R)
+            lo = tl.minimum(lo, tl.min(tl.where(sc >= 0, sc, 1 << 16), axis=0))
+            hi = tl.maximum(hi, tl.max(sc, axis=0) + 1)
+    return lo, hi
 
-    Bitwise binary search from the top bit: 16 counts over the keys held in registers, the loop
-    unrolled ``UNROLL`` times (16: straight-line code; 1: a loop, a 16x smaller program).
+
+@triton.jit
+def _threshold(gk_row, M, K, s0, s1, MB: tl.constexpr, MT: tl.constexpr, R: tl.constexpr, UNROLL: tl.constexpr):
+    """Largest biased 16-bit key ``tb`` that at least ``K`` super keys reach (0 if there are fewer
+    than K super keys).
+
+    Binary search over [lo, hi), lo the smallest super key (every one reaches it) and hi the
+    largest + 1 (none does): ceil(log2(hi - lo)) counts over the keys held in registers (about 8
+    on random rows) instead of 16, the loop unrolled ``UNROLL`` times.
     """
-    tb = K * 0
-    step = K * 0 + (1 << 15)
-    for _ in tl.range(0, 16, loop_unroll_factor=UNROLL):
-        t = tb + step
-        tb = tl.where(_count_reaching(gk_row, M, u0, u1, t, MB, MT) >= K, t, tb)
-        step = step >> 1
-    return tb
+    lo, hi = _key_range(gk_row, M, s0, s1, MB, MT, R)
+    lo = tl.where((M + R - 1) // R >= K, lo, 0)
+    steps = tl.ceil(tl.log2((hi - lo).to(tl.float32))).to(tl.int32)
+    for _ in tl.range(0, steps, loop_unroll_factor=UNROLL):
+        mid = (lo + hi) // 2
+        reach = _count_reaching(gk_row, M, s0, s1, mid, MB, MT, R) >= K
+        lo = tl.where(reach, mid, lo)
+        hi = tl.where(reach, hi, mid)
+    return lo
 
 
 @triton.jit
@@ -273,7 +302,7 @@ def _select_row(
     x_ptr, stride_row, V, M, S, K, id_offset, r,
     gkey_ptr, part_ptr, gidx_ptr, cand_ptr, val_ptr, id_ptr, lse_ptr,
     MB: tl.constexpr, MT: tl.constexpr, G: tl.constexpr, GT: tl.constexpr,
-    K_P: tl.constexpr, CAP: tl.constexpr, UNROLL: tl.constexpr, SP: tl.constexpr,
+    K_P: tl.constexpr, CAP: tl.constexpr, UNROLL: tl.constexpr, SP: tl.constexpr, R: tl.constexpr,
 ):
     """Row ``r``: logsumexp, then the exact top-K (value desc, id asc) from the few candidates."""
     row = x_ptr + r * stride_row
@@ -286,7 +315,7 @@ def _select_row(
 
     tl.store(lse_ptr + r, _merge_lse(part_ptr + r * S * 2, S, SP))
 
-    tb = _threshold(gk_row, M, K, u0, u1, MB, MT, UNROLL)
+    tb = _threshold(gk_row, M, K, _supers(u0, R), _supers(u1, R), MB, MT, R, UNROLL)
     gidx_row = gidx_ptr + r * CAP
     cand_row = cand_ptr + r * CAP
     nsel = _compact_groups(gk_row, gidx_row, M, tb, u0, u1, MB, MT, CAP)
@@ -306,38 +335,9 @@ def select_kernel(
     x_ptr, stride_row, V, M, S, K, id_offset,
     gkey_ptr, part_ptr, gidx_ptr, cand_ptr, val_ptr, id_ptr, lse_ptr,
     MB: tl.constexpr, MT: tl.constexpr, G: tl.constexpr, GT: tl.constexpr,
-    K_P: tl.constexpr, CAP: tl.constexpr, UNROLL: tl.constexpr, SP: tl.constexpr,
+    K_P: tl.constexpr, CAP: tl.constexpr, UNROLL: tl.constexpr, SP: tl.constexpr, R: tl.constexpr,
 ):
     """Per row: :func:`_select_row`, after ``stream_kernel`` has run."""
     _select_row(x_ptr, stride_row, V, M, S, K, id_offset, tl.program_id(0).to(tl.int64),
                 gkey_ptr, part_ptr, gidx_ptr, cand_ptr, val_ptr, id_ptr, lse_ptr,
-                MB, MT, G, GT, K_P, CAP, UNROLL, SP)
-
-
-@triton.jit(do_not_specialize=["S"])
-def fused_kernel(
-    x_ptr, stride_row, V, M, chunk, S, K, id_offset,
-    gkey_ptr, part_ptr, gidx_ptr, cand_ptr, val_ptr, id_ptr, lse_ptr, arrived_ptr,
-    TG: tl.constexpr, MB: tl.constexpr, MT: tl.constexpr, G: tl.constexpr, GT: tl.constexpr,
-    K_P: tl.constexpr, CAP: tl.constexpr, UNROLL: tl.constexpr, SP: tl.constexpr,
-):
-    """Both stages in one launch: program ``pid`` streams split ``pid % S`` of row ``pid // S``; the
-    last of a row's S programs to finish selects that row.
-
-    A row's splits are adjacent program ids, so rows finish streaming one after another and their
-    selects (instruction-bound) overlap the streaming (memory-bound) of later rows. ``arrived_ptr``
-    counts finished splits per row; it is zero before the launch, and the selecting program resets
-    it, so CUDA-graph replays need no memset. Ordering as in a split-K semaphore: a barrier, then
-    one gpu-scope acq_rel atomic publishes this program's stores and, in the last program,
-    acquires the others'; the select reads them from L2.
-    """
-    pid = tl.program_id(0)
-    r = (pid // S).to(tl.int64)
-    _stream_split(x_ptr, stride_row, V, M, chunk, S, gkey_ptr, part_ptr, r, pid % S, TG, G)
-    tl.debug_barrier()
-    if tl.atomic_add(arrived_ptr + r, 1, sem="acq_rel", scope="gpu") == S - 1:
-        tl.store(arrived_ptr + r, 0)
-        tl.debug_barrier()
-        _select_row(x_ptr, stride_row, V, M, S, K, id_offset, r,
-                    gkey_ptr, part_ptr, gidx_ptr, cand_ptr, val_ptr, id_ptr, lse_ptr,
-                    MB, MT, G, GT, K_P, CAP, UNROLL, SP)
+                MB, MT, G, GT, K_P, CAP, UNROLL, SP, R)

@@ -38,7 +38,10 @@ SELECT_WIDE_ROWS = 256
 (docs/PERFORMANCE.md, session 4): 8 warps faster at 15 and 120 rows, 4 warps at 480 and 960."""
 
 
-_CHOICES = {"bisect_unroll": (1, 2, 4, 8, 16), "cap_mult": (2, 4, 8), "stream_warps": (1, 2, 4, 8, 16)}
+_CHOICES = {
+    "super_keys": (1, 2, 4, 8, 16), "bisect_unroll": (1, 2, 4, 8, 16), "cap_mult": (2, 4, 8),
+    "stream_warps": (1, 2, 4, 8, 16),
+}
 """The values each of these TopKConfig fields may take."""
 
 
@@ -55,10 +58,10 @@ class TopKConfig:
     min_cap: int = 128
     gather: int = 2048  # tokens per candidate-gather step of the select kernel
     scan_block: int = 8192  # group keys the select kernel holds in registers (power of two)
+    super_keys: int = 8  # at most this many group keys per super key of the threshold search (1: none); fewer
+    # when the row has under 2.5 K super keys (then the search would let through too many candidates)
     bisect_unroll: int = 1  # unroll factor of the 16-step threshold search (16: fully, 1: a loop)
     select_maxnreg: int = 128  # register cap per select thread (0: the compiler's choice); lower fits more rows per SM
-    fuse: bool = False  # one launch: the last stream program of a row selects it (fused_kernel), overlapping
-    # selects with later rows' streaming; the select stage then runs at stream_warps
     scan_tail: bool = True  # hold the M group keys as a pow2_floor(M) head and a pow2_ceil(rest) tail, not one
     # pow2_ceil(M) tile (less padding to count over; M 5120: 4096 + 1024 not 8192), when that fits in scan_block;
     # H200, V 163840, K 256, us at bs 1/8/32/64: on 25.0/36.6/101.5/182.5, off 24.0/35.4/111.4/197.4
@@ -109,8 +112,8 @@ class Plan:
     stream_warps: int
     select_warps: int
     select_maxnreg: int
+    super_keys: int  # R: group keys per super key (power of two; divides scan_block and scan_tail)
     lse_block: int  # SP: split partials the select loads at once (pow2 >= splits, at most 1024)
-    fuse: bool
 
 
 def _pow2_ceil(n: int) -> int:
@@ -135,6 +138,9 @@ def make_plan(rows: int, vocab: int, k: int, config: TopKConfig) -> Plan:
         head = _pow2_floor(groups)
         tail = _pow2_ceil(groups - head)
     splits = -(-vocab // chunk)
+    supers = config.super_keys  # >= 2.5 K super keys, R | MB and R | MT
+    while supers > 1 and (2 * -(-groups // supers) < 5 * k or supers > head or 0 < tail < supers):
+        supers //= 2
     return Plan(
         rows=rows,
         vocab=vocab,
@@ -153,25 +159,9 @@ def make_plan(rows: int, vocab: int, k: int, config: TopKConfig) -> Plan:
         stream_warps=config.stream_warps,
         select_warps=config.select_warps or (8 if rows < SELECT_WIDE_ROWS else 4),
         select_maxnreg=config.select_maxnreg,
+        super_keys=supers,
         lse_block=min(_pow2_ceil(splits), 1024),
-        fuse=config.fuse,
     )
-
-
-_ARRIVED: dict[tuple[torch.device, int], torch.Tensor] = {}
-
-
-def _arrived(rows: int, device: torch.device) -> torch.Tensor:
-    """Per-row arrival counters of ``fused_kernel``, one zeroed buffer per (device, stream).
-
-    The kernel leaves them zero, so later calls and CUDA-graph replays reuse the buffer with no
-    memset; launches on one stream run in order, so they never share it at the same time."""
-    stream = torch.cuda.current_stream(device).stream_id if device.type == "cuda" else 0
-    buf = _ARRIVED.get((device, stream))
-    if buf is None or buf.numel() < rows:
-        buf = torch.zeros(max(rows, 1024), dtype=torch.int32, device=device)
-        _ARRIVED[(device, stream)] = buf
-    return buf
 
 
 def _check_args(x: torch.Tensor, k: int, id_offset: int) -> None:
@@ -218,7 +208,6 @@ def prepare(
 
     ``(launch_stream, launch_select, (logits, ids, lse))``: calling both in order fills the
     outputs from the current contents of ``x``. Benchmarks use it to time the kernels separately.
-    With ``config.fuse`` the first launch does both stages and the second does nothing.
     """
     _check_args(x, k, id_offset)
     from repro.kernels import _topk_lse_triton as kern
@@ -244,21 +233,7 @@ def prepare(
     cand = torch.empty((p.rows, p.cap), dtype=torch.int64, device=dev)
 
     select_consts = {"MB": p.scan_block, "MT": p.scan_tail, "G": p.group, "GT": p.gather_groups, "K_P": p.k_pow2,
-                     "CAP": p.cap, "UNROLL": p.bisect_unroll, "SP": p.lse_block}
-    if p.fuse:
-        arrived = _arrived(p.rows, dev)
-
-        def launch_fused() -> None:
-            if p.rows:
-                kern.fused_kernel[(p.rows * p.splits,)](
-                    x2, x2.stride(0), vocab, p.groups, p.chunk, p.splits, k, id_offset,
-                    gkeys, parts, gidx, cand, logits, ids, lse, arrived,
-                    TG=p.tile // p.group, **select_consts, num_warps=p.stream_warps,
-                    **({"maxnreg": p.select_maxnreg} if p.select_maxnreg else {}),
-                )
-
-        return launch_fused, lambda: None, (logits.view(*lead, k), ids.view(*lead, k), lse.view(lead))
-
+                     "CAP": p.cap, "UNROLL": p.bisect_unroll, "SP": p.lse_block, "R": p.super_keys}
     def launch_stream() -> None:
         if p.rows:
             kern.stream_kernel[(p.rows, p.splits)](

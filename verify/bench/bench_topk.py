@@ -18,8 +18,8 @@ uses it for the table. The stages (``SWEEP_STAGES``, pick with ``--stages``; eac
 fields on top of the best config so far, or the defaults for the stages left out): ``stream``
 (tile, stream warps, programs), ``select`` (select warps, gather, bisect unroll, register cap),
 ``keys`` (group size, scan block), ``tail`` (scan_tail off/on: the group keys in one padded
-tile, or a head and a tail tile), ``fuse`` (two launches, or one fused launch at several stream
-geometries). ``--adversarial`` adds rows for tie-heavy and sorted inputs
+tile, or a head and a tail tile), ``super`` (group keys per super key of the threshold search,
+with auto or 8 select warps). ``--adversarial`` adds rows for tie-heavy and sorted inputs
 (slow path). Every row records the config it ran.
 """
 
@@ -161,14 +161,11 @@ def sweep_stages() -> list[list[dict]]:
               for u in (16, 1)]  # 2 and 16 warps, other gathers: slower on the H200 (docs/perf/sweep_select_*)
     keys = [{"group": g, "scan_block": b} for g, b in ((16, 16384), (32, 2048), (32, 8192), (64, 1024), (64, 4096))]
     tail = [{"scan_tail": t} for t in (False, True)]
-    fuse = [{"fuse": False}, {"fuse": False, "gather": 4096}] + [
-        {"fuse": True, "stream_warps": w, "tile": t, "programs": p, "gather": g}
-        for w, t, p, g in ((8, 4096, 1024, 2048), (8, 8192, 1024, 2048), (4, 4096, 1024, 2048),
-                           (4, 8192, 1024, 2048), (8, 4096, 2048, 2048), (8, 4096, 1024, 4096))]
-    return [stream, select, keys, tail, fuse]
+    supers = [{"super_keys": r, "select_warps": w} for r in (1, 4, 8) for w in (0, 8)]
+    return [stream, select, keys, tail, supers]
 
 
-SWEEP_STAGES = ("stream", "select", "keys", "tail", "fuse")
+SWEEP_STAGES = ("stream", "select", "keys", "tail", "super")
 
 
 def sweep(bss: list[int], dtype: torch.dtype, reps: int, stages: tuple[str, ...] = SWEEP_STAGES) -> dict:

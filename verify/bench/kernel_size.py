@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 POINTER_TYPES = {
-    "x_ptr": "*bf16", "arrived_ptr": "*i32", "gkey_ptr": "*i16", "part_ptr": "*fp32", "gidx_ptr": "*i32", "cand_ptr": "*i64",
+    "x_ptr": "*bf16", "gkey_ptr": "*i16", "part_ptr": "*fp32", "gidx_ptr": "*i32", "cand_ptr": "*i64",
     "val_ptr": "*fp32", "id_ptr": "*i64", "lse_ptr": "*fp32",
     "logits_ptr": "*fp32", "ids_ptr": "*i64", "roots_ptr": "*i64", "slot_tab": "*i32", "rank_tab": "*i32",
     "fx_ptr": "*fp64", "fscore_ptr": "*fp64", "flex_ptr": "*i64", "fbits_ptr": "*i64", "fprod_ptr": "*i64",
@@ -77,19 +77,14 @@ def cubin_size(cubin: bytes) -> dict[str, int]:
 
 
 def topk_kernel_sizes(rows: int, vocab: int, k: int, config, arch: int = 90) -> dict[str, dict[str, int]]:
-    """``cubin_size`` of the stream and select kernels as ``topk_lse`` would launch them (of the one
-    fused kernel with ``config.fuse``)."""
+    """``cubin_size`` of the stream and select kernels as ``topk_lse`` would launch them."""
     from repro.kernels import _topk_lse_triton as kern
     from repro.kernels.topk_lse import make_plan
 
     p = make_plan(rows, vocab, k, config)
     values = {"stride_row": vocab, "V": vocab, "M": p.groups, "chunk": p.chunk, "S": p.splits, "K": k, "id_offset": 0}
     select = {"MB": p.scan_block, "MT": p.scan_tail, "G": p.group, "GT": p.gather_groups, "K_P": p.k_pow2,
-              "CAP": p.cap, "UNROLL": p.bisect_unroll, "SP": p.lse_block}
-    if p.fuse:
-        fused = _compile(kern.fused_kernel, {"TG": p.tile // p.group, **select}, values, p.stream_warps, arch,
-                         p.select_maxnreg)
-        return {"fused_kernel": cubin_size(fused)}
+              "CAP": p.cap, "UNROLL": p.bisect_unroll, "SP": p.lse_block, "R": p.super_keys}
     stream = _compile(kern.stream_kernel, {"TG": p.tile // p.group, "G": p.group}, values, p.stream_warps, arch)
     return {"stream_kernel": cubin_size(stream),
             "select_kernel": cubin_size(_compile(kern.select_kernel, select, values, p.select_warps, arch,

@@ -24,7 +24,7 @@ def test_loop_threshold_search_shrinks_the_select_kernel(capsys):
         for name in ("stream_kernel", "select_kernel"):
             assert sizes[name]["local"] == 0 and 0 < sizes[name]["reg"] <= 255
     assert loop["config"]["bisect_unroll"] == 1 and unrolled["config"]["bisect_unroll"] == 16
-    assert loop["select_kernel"]["instructions"] < 0.75 * unrolled["select_kernel"]["instructions"]
+    assert loop["select_kernel"]["instructions"] < 0.9 * unrolled["select_kernel"]["instructions"]
     assert loop["stream_kernel"] == unrolled["stream_kernel"]
 
 

@@ -47,10 +47,11 @@ CASES = [
     ("one-tile-random", "random", 3, 1000, 64, torch.bfloat16, {"scan_tail": False}),
     ("one-tile-boundary", "boundary", 3, 1040, 16, torch.bfloat16, {"group": 4, "scan_tail": False}),
     ("one-tile-tied", "tied", 2, 700, 7, torch.bfloat16, {"scan_tail": False}),
-    # one launch: the last stream program of each row selects it (many splits per row; slow path)
-    ("fused-random", "random", 3, 1000, 64, torch.bfloat16, {"fuse": True}),
-    ("fused-tiny-config", "boundary", 2, 999, 16, torch.bfloat16, {**TINY, "fuse": True}),
-    ("fused-tied", "tied", 2, 700, 7, torch.bfloat16, {"fuse": True, "programs": 64, "tile": 128}),
+    # the threshold searched over the group keys themselves, and over super keys of 2, 8 and 4
+    ("no-super-keys-random", "random", 3, 1000, 16, torch.bfloat16, {"super_keys": 1}),
+    ("super-keys-2-boundary", "boundary", 3, 1000, 16, torch.bfloat16, {"super_keys": 2}),
+    ("super-keys-8-peaked", "peaked", 3, 4000, 4, torch.float32, {"super_keys": 8}),
+    ("super-keys-chunked", "random", 2, 2000, 8, torch.float16, {**TINY, "super_keys": 4, "min_cap": 64}),
 ]
 SHARDS = [(0, 1100), (1100, 3000)]
 
@@ -134,6 +135,18 @@ class TestMakePlan:
         assert tiles(163840) == (4096, 1024)
         assert tiles(131072) == (4096, 0)
         assert tiles(163840, scan_block=4096) == (4096, 0)
+
+    def test_super_keys_leave_at_least_two_and_a_half_k_of_them(self):
+        """Super keys shrink until the row has >= 2.5 K of them and they tile the head and tail."""
+        def supers(rows: int, vocab: int, k: int, **fields: int) -> int:
+            return make_plan(rows, vocab, k, TopKConfig(**fields)).super_keys
+
+        assert supers(480, 163840, 256) == 8  # M 5120: 640 super keys
+        assert supers(480, 163840, 512) == 4  # 1280 >= 1280
+        assert supers(480, 163840, 1024) == 2
+        assert supers(480, 163840, 256, super_keys=1) == 1
+        assert supers(15, 1040, 16, group=4, scan_tail=True) == 4  # M 260 = 256 + a tail of 4
+        assert supers(15, 4096, 256) == 1  # M 1024 < 5 K / 2 * 2
 
     def test_groups_shrink_when_vocab_is_small_against_k(self):
         """At V 4096 and k 1024 every token is its own group, so the key threshold stays tight."""
