@@ -50,7 +50,8 @@ class TopKConfig:
     """Kernel tunables; ``verify/bench/bench_topk.py --sweep`` measures alternatives."""
 
     tile: int = 4096  # tokens per stream-kernel step (power of two, >= group)
-    programs: int = 1024  # target stream-kernel programs (rows x splits): fills the GPU at bs 1
+    programs: int = 4096  # target stream-kernel programs (rows x splits): fills the GPU at bs 1; short programs
+    # shrink the last wave (H200 stream only, us at bs 1/8/32/64: 1024: 4.1/14.7/56.5/94.6, 4096: 4.1/15.5/48.3/94.4)
     stream_warps: int = 8
     select_warps: int = 0  # 0 = auto: 8 below SELECT_WIDE_ROWS rows (latency-bound), else 4 (more rows per SM)
     group: int = 0  # tokens per group key; 0 = auto (32, smaller when V is small against k)
