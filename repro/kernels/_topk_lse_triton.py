@@ -341,3 +341,64 @@ def select_kernel(
     _select_row(x_ptr, stride_row, V, M, S, K, id_offset, tl.program_id(0).to(tl.int64),
                 gkey_ptr, part_ptr, gidx_ptr, cand_ptr, val_ptr, id_ptr, lse_ptr,
                 MB, MT, G, GT, K_P, CAP, UNROLL, SP, R)
+
+
+@triton.jit(do_not_specialize=["S"])
+def threshold_kernel(
+    M, S, K, gkey_ptr, part_ptr, gidx_ptr, state_ptr, lse_ptr,
+    MB: tl.constexpr, MT: tl.constexpr, R: tl.constexpr, CAP: tl.constexpr, UNROLL: tl.constexpr,
+    SP: tl.constexpr,
+):
+    """Per row, the first half of the select: logsumexp, the threshold ``tb`` and the list of the
+    groups that reach it; ``state_ptr[r]`` = (tb, groups listed, 0, 0) for ``gather_kernel``."""
+    r = tl.program_id(0).to(tl.int64)
+    gk_row = gkey_ptr + r * M
+    u0 = _biased_keys(gk_row, tl.arange(0, MB), M)
+    u1 = u0  # the tail tile: none unless MT > 0
+    if MT > 0:
+        u1 = _biased_keys(gk_row, MB + tl.arange(0, MT), M)
+    tl.store(lse_ptr + r, _merge_lse(part_ptr + r * S * 2, S, SP))
+    tb = _threshold(gk_row, M, K, _supers(u0, R), _supers(u1, R), MB, MT, R, UNROLL)
+    nsel = _compact_groups(gk_row, gidx_ptr + r * CAP, M, tb, u0, u1, MB, MT, CAP)
+    o = tl.arange(0, 4)
+    tl.store(state_ptr + r * 4 + o, tl.where(o == 0, tb, tl.where(o == 1, nsel, 0)))
+
+
+@triton.jit
+def gather_kernel(
+    x_ptr, stride_row, V, K, id_offset, gidx_ptr, state_ptr, cand_ptr, val_ptr, id_ptr,
+    G: tl.constexpr, GT: tl.constexpr, K_P: tl.constexpr, CAP: tl.constexpr,
+):
+    """Per (row, slice of ``GT`` listed groups), the second half: the tokens of these groups that
+    reach ``tb`` go to the row's candidate buffer (slots reserved with one atomic; their order
+    does not matter, they are sorted), then the last of the row's programs to finish sorts the
+    candidates (or, past ``CAP`` of them, takes the slow path) and writes the top K.
+
+    Spreading a row's gather over programs shortens the select's critical path: one step of GT
+    groups instead of a loop over every listed group. Ordering as in a split-K semaphore: a
+    barrier, then one gpu-scope acq_rel atomic per program; the last reads the buffer from L2.
+    """
+    r = tl.program_id(0).to(tl.int64)
+    p = tl.program_id(1)
+    row = x_ptr + r * stride_row
+    st = state_ptr + r * 4
+    tb = tl.load(st)
+    nsel = tl.load(st + 1)
+    gidx_row = gidx_ptr + r * CAP
+    cand_row = cand_ptr + r * CAP
+    if (nsel <= CAP) & (p * GT < nsel):
+        idx, valid, x = _load_groups(row, V, gidx_row, p * GT + tl.arange(0, GT), nsel, G)
+        key, tk = _sort_keys(x, idx)
+        c = (valid & (tk + KEY_BIAS >= tb)).to(tl.int32)
+        per = tl.sum(c, axis=1)
+        base = tl.atomic_add(st + 2, tl.sum(per, axis=0), sem="relaxed")
+        pos = (base + tl.cumsum(per, axis=0) - per)[:, None] + tl.cumsum(c, axis=1) - 1
+        tl.store(cand_row + pos, key, mask=(c > 0) & (pos < CAP))
+    tl.debug_barrier()
+    if tl.atomic_add(st + 3, 1, sem="acq_rel", scope="gpu") == tl.num_programs(1) - 1:
+        tl.debug_barrier()
+        ncand = tl.where(nsel <= CAP, tl.load(st + 2, cache_modifier=".cg"), CAP + 1)
+        val, ids = _decode(_top_keys(row, V, K, tb, cand_row, ncand, K_P, CAP), id_offset)
+        o = tl.arange(0, K_P)
+        tl.store(val_ptr + r * K + o, val, mask=o < K)
+        tl.store(id_ptr + r * K + o, ids, mask=o < K)

@@ -251,13 +251,69 @@ def _hist_floor(hist, B, span, c, NB: tl.constexpr):
 
 
 @triton.jit
+def _narrow_counts(rx, rp, xw, c, floor, npar, B, KB, W: tl.constexpr, SEARCH_W: tl.constexpr):
+    """Kept children of each parent of a one-warp tile (a prefix of its ranks, searched in the W
+    best ranks ``xw``), and how many parents may keep W or more (the wide path's case)."""
+    w = tl.arange(0, W)
+    pj = w < npar
+    hi = tl.where(pj, tl.minimum(B // tl.where(pj, rp, 1), KB), 0)
+    lo = hi * 0
+    top = tl.minimum(hi, W)
+    for _ in range(SEARCH_W):  # up to the first rank that falls under the floor
+        act = lo < top
+        mid = (lo + top) // 2
+        good = act & ((rx + tl.gather(xw, tl.minimum(mid, W - 1), 0)) - c >= floor)
+        lo = tl.where(good, mid + 1, lo)
+        top = tl.where(act & ~good, mid, top)
+    return lo, tl.sum(((lo == W) & (hi > W)).to(tl.int32), 0)
+
+
+@triton.jit
+def _narrow_children(rx, rp, rl, rb, xw, cnt, npar, total, W: tl.constexpr, SEARCH_W: tl.constexpr):
+    """Child k of a one-warp tile of parents, in lane k: (parent slot, rank, x, prod, lex, bits),
+    computed as the wide path does."""
+    w = tl.arange(0, W)
+    offs = tl.cumsum(cnt, 0) - cnt
+    lo = w * 0  # child k's parent: the last one whose offset is <= k
+    hi = lo + npar
+    for _ in range(SEARCH_W):
+        act = lo < hi
+        mid = (lo + hi) // 2
+        le = tl.gather(offs, tl.minimum(mid, W - 1), 0) <= w
+        lo = tl.where(act & le, mid + 1, lo)
+        hi = tl.where(act & ~le, mid, hi)
+    j = tl.maximum(lo - 1, 0)
+    r = tl.where(w < total, w - tl.gather(offs, j, 0), 0)
+    cx = tl.gather(rx, j, 0) + tl.gather(xw, tl.minimum(r, W - 1), 0)
+    code, clen = _rank_code(r.to(tl.int64) + 1)
+    used = tl.gather(rb, j, 0).to(tl.int64) + clen
+    lex = tl.gather(rl, j, 0) | (code << tl.maximum(63 - used, 0))
+    return j, r, cx, tl.gather(rp, j, 0) * (r + 1), lex, used.to(tl.int32)
+
+
+@triton.jit
+def _store_nodes(px_ptr, ps_ptr, pl_ptr, pb_ptr, pp_ptr, pr_ptr, pa_ptr, pd_ptr, hist_row, out, kid,
+                 cx, c, lex, bits, prod, rank, up, depth, inv_w, NB: tl.constexpr):
+    """Pool entries ``out`` of kept nodes (mask ``kid``), counted in the floor histogram."""
+    tl.store(px_ptr + out, cx, mask=kid)
+    tl.store(ps_ptr + out, cx - c, mask=kid)
+    tl.store(pl_ptr + out, lex, mask=kid)
+    tl.store(pb_ptr + out, bits, mask=kid)
+    tl.store(pp_ptr + out, prod, mask=kid)
+    tl.store(pr_ptr + out, rank, mask=kid)
+    tl.store(pa_ptr + out, up, mask=kid)
+    tl.store(pd_ptr + out, depth, mask=kid)
+    tl.atomic_add(hist_row + _bins(cx - c, inv_w, NB), 1, mask=kid, sem="relaxed")
+
+
+@triton.jit
 def enum_kernel(  # noqa: C901, PLR0912, PLR0915 - one fused launch builds the whole tree
     logits_ptr, ids_ptr, lse_ptr, roots_ptr,
     px_ptr, ps_ptr, pl_ptr, pb_ptr, pp_ptr, pr_ptr, pa_ptr, pd_ptr, off_ptr, sel_ptr, inv_ptr, hist_ptr, flag_ptr,
     tokens_ptr, parents_ptr, depths_ptr, scores_ptr, nodes_ptr,
     KT, L, KB, D, B,
     CH: tl.constexpr, CAP: tl.constexpr, LOG_F: tl.constexpr, NB: tl.constexpr,
-    SEARCH_K: tl.constexpr,
+    SEARCH_K: tl.constexpr, W: tl.constexpr, SEARCH_W: tl.constexpr,
 ):
     """One request's tree by enumeration above a floor: no per-depth sort (needs KB = B).
 
@@ -267,16 +323,28 @@ def enum_kernel(  # noqa: C901, PLR0912, PLR0915 - one fused launch builds the w
     kept if it scores at least F, and a parent's kept children are a prefix of its ranks (the
     logits are sorted), found by binary search; a prefix sum lays them out. Kept nodes go to a
     pool of CAP entries; at the end the nodes at or above the final floor (at least B) are sorted
-    once. Parents and children go through registers CH at a time. A pool past CAP or more than
-    2 * FP finalists (ties) sets ``flag_ptr[b]`` and leaves the request to ``tree_kernel``.
+    once. A pool past CAP or more than 2 * FP finalists (ties) sets ``flag_ptr[b]`` and leaves
+    the request to ``tree_kernel``.
+
+    Two paths per depth. Wide: parents and children go through the pool and registers CH at a
+    time. Narrow (at most W parents, children and kept ranks: one warp, the confident drafter's
+    deep depths): parents stay in registers from the depth before and every step is a warp
+    shuffle, with no barrier and no read of global memory. The next depth's lse and logits load
+    while a depth runs. F is re-read only after B / 8 new nodes (and once at the end): a stale F
+    is lower, so it only keeps more nodes and stays exact.
     """
     b = tl.program_id(0)
     lrow = logits_ptr + b * L * KT
     pool = b * CAP
     q = tl.arange(0, CH)
     kr = tl.arange(0, CH // 2)  # ranks: KB <= CH // 2
+    lane = tl.arange(0, W)
     neg_inf = float("-inf")
 
+    nxt = D > 1  # depth 2's lse and logits load while depth 1 runs
+    lse_n = tl.load(lse_ptr + b * L + 1, mask=nxt, other=0.0)
+    xrow_n = tl.load(lrow + KT + kr, mask=(kr < KB) & nxt, other=0.0)
+    xw_n = tl.load(lrow + KT + lane, mask=(lane < KB) & nxt, other=0.0)
     ok = q < KB  # depth 1: every rank
     c = tl.load(lse_ptr + b * L).to(tl.float64)
     x = tl.load(lrow + q, mask=ok, other=0.0).to(tl.float64)
@@ -293,7 +361,8 @@ def enum_kernel(  # noqa: C901, PLR0912, PLR0915 - one fused launch builds the w
     span = tl.maximum(-theta, 1e-6) * 1.0625
     inv_w = NB / span
     # the histogram lives in global memory: relaxed atomics, then an L2 read after a barrier
-    # (tl.histogram's shared-memory atomics took half the kernel's time on the H200)
+    # (tl.histogram's shared-memory atomics took half the kernel's time on the H200). A read that
+    # races later atomics still counts real nodes only, so any F read off it is valid.
     hist_row = hist_ptr + b * NB
     nb = tl.arange(0, NB)
     tl.store(hist_row + nb, tl.zeros([NB], tl.int32))
@@ -305,81 +374,117 @@ def enum_kernel(  # noqa: C901, PLR0912, PLR0915 - one fused launch builds the w
     par0 = n_pool * 0
     over = (theta == neg_inf).to(tl.int32)  # fewer than B finite logits: the frontier kernel's case
     npar = tl.where(over == 0, n_pool, 0)
-    tl.debug_barrier()
+    # nodes kept since F was read; when 0, a barrier followed every write to the pool and offsets
+    since = n_pool * 0
+    resident = n_pool * 0  # 1: the narrow tile (rx, rp, rl, rb) holds this depth's parents
+    rx = tl.zeros([W], tl.float64)
+    rp = tl.full([W], 1, tl.int32)
+    rl = tl.zeros([W], tl.int64)
+    rb = tl.zeros([W], tl.int32)
 
     for d in range(1, D):
         if npar > 0:
-            c += tl.load(lse_ptr + b * L + d).to(tl.float64)
-            drow = lrow + d * KT
-            xrow = tl.load(drow + kr, mask=kr < KB, other=0.0).to(tl.float64)  # this depth's sorted logits
+            c += lse_n.to(tl.float64)
+            xrow = xrow_n.to(tl.float64)  # this depth's sorted logits (wide path)
+            xw = xw_n.to(tl.float64)  # its W best (narrow path)
+            nxt = d + 1 < D
+            lse_n = tl.load(lse_ptr + b * L + d + 1, mask=nxt, other=0.0)
+            xrow_n = tl.load(lrow + (d + 1) * KT + kr, mask=(kr < KB) & nxt, other=0.0)
+            xw_n = tl.load(lrow + (d + 1) * KT + lane, mask=(lane < KB) & nxt, other=0.0)
+            nkeep = lane * 0
+            spill = npar * 0
             total = npar * 0
+            if npar <= W:
+                if resident == 0:  # a wide depth's children: read back from the pool once
+                    if since > 0:
+                        tl.debug_barrier()
+                    pj = lane < npar
+                    rx = tl.load(px_ptr + pool + par0 + lane, mask=pj, other=0.0)
+                    rp = tl.load(pp_ptr + pool + par0 + lane, mask=pj, other=1)
+                    rl = tl.load(pl_ptr + pool + par0 + lane, mask=pj, other=0)
+                    rb = tl.load(pb_ptr + pool + par0 + lane, mask=pj, other=0)
+                nkeep, spill = _narrow_counts(rx, rp, xw, c, floor, npar, B, KB, W, SEARCH_W)
+                total = tl.sum(nkeep, 0)
+            wide = (npar > W) | (spill > 0) | (total > W)
             offs = q * 0
-            for j0 in range(0, npar, CH):  # each parent's kept children: a prefix of its ranks
-                pj = j0 + q < npar
-                pat = pool + par0 + j0 + q
-                pcx = tl.load(px_ptr + pat, mask=pj, other=0.0)
-                hi = tl.minimum(B // tl.load(pp_ptr + pat, mask=pj, other=B + 1), KB)
-                lo = hi * 0
-                for _ in range(SEARCH_K):  # up to the first rank that falls under the floor
-                    act = lo < hi
-                    mid = (lo + hi) // 2
-                    good = act & ((pcx + tl.gather(xrow, tl.minimum(mid, KB - 1), 0)) - c >= floor)
-                    lo = tl.where(good, mid + 1, lo)
-                    hi = tl.where(act & ~good, mid, hi)
-                offs = total + tl.cumsum(lo, 0) - lo
-                tl.store(off_ptr + pool + j0 + q, offs, mask=pj)
-                total += tl.sum(lo, 0)
+            if wide:
+                if since > 0:
+                    tl.debug_barrier()
+                total = npar * 0
+                for j0 in range(0, npar, CH):  # each parent's kept children: a prefix of its ranks
+                    pj = j0 + q < npar
+                    pat = pool + par0 + j0 + q
+                    pcx = tl.load(px_ptr + pat, mask=pj, other=0.0)
+                    hi = tl.minimum(B // tl.load(pp_ptr + pat, mask=pj, other=B + 1), KB)
+                    lo = hi * 0
+                    for _ in range(SEARCH_K):  # up to the first rank that falls under the floor
+                        act = lo < hi
+                        mid = (lo + hi) // 2
+                        good = act & ((pcx + tl.gather(xrow, tl.minimum(mid, KB - 1), 0)) - c >= floor)
+                        lo = tl.where(good, mid + 1, lo)
+                        hi = tl.where(act & ~good, mid, hi)
+                    offs = total + tl.cumsum(lo, 0) - lo
+                    tl.store(off_ptr + pool + j0 + q, offs, mask=pj)
+                    total += tl.sum(lo, 0)
             if n_pool + total > CAP:
                 over = over + 1
                 npar = npar * 0
             else:
-                tl.debug_barrier()
-                steps = tl.log2(npar.to(tl.float32)).to(tl.int32) + 2  # > log2(npar): enough halvings
-                for q0 in range(0, total, CH):
-                    k = q0 + q
-                    lo = q * 0  # child k's parent: the last one whose offset is <= k
-                    hi = lo + npar
-                    if npar <= CH:  # offsets still in registers
-                        for _ in range(steps):
-                            act = lo < hi
-                            mid = (lo + hi) // 2
-                            le = tl.gather(offs, tl.minimum(mid, CH - 1), 0) <= k
-                            lo = tl.where(act & le, mid + 1, lo)
-                            hi = tl.where(act & ~le, mid, hi)
-                        start = tl.gather(offs, tl.maximum(lo - 1, 0), 0)
-                    else:
-                        for _ in range(steps):
-                            act = lo < hi
-                            mid = (lo + hi) // 2
-                            le = tl.load(off_ptr + pool + mid, mask=act, other=0) <= k
-                            lo = tl.where(act & le, mid + 1, lo)
-                            hi = tl.where(act & ~le, mid, hi)
-                        start = tl.load(off_ptr + pool + lo - 1, mask=k < total, other=0)
-                    kid = k < total
-                    at = pool + par0 + lo - 1
-                    r = tl.where(kid, k - start, 0)
-                    cx = tl.load(px_ptr + at, mask=kid, other=0.0) + tl.gather(xrow, tl.minimum(r, KB - 1), 0)
-                    code, clen = _rank_code(r.to(tl.int64) + 1)
-                    used = tl.load(pb_ptr + at, mask=kid, other=0).to(tl.int64) + clen
-                    lex = tl.load(pl_ptr + at, mask=kid, other=0) | (code << tl.maximum(63 - used, 0))
-                    out = pool + n_pool + k
-                    tl.store(px_ptr + out, cx, mask=kid)
-                    tl.store(ps_ptr + out, cx - c, mask=kid)
-                    tl.store(pl_ptr + out, lex, mask=kid)
-                    tl.store(pb_ptr + out, used.to(tl.int32), mask=kid)
-                    tl.store(pp_ptr + out, tl.load(pp_ptr + at, mask=kid, other=1) * (r + 1), mask=kid)
-                    tl.store(pr_ptr + out, r, mask=kid)
-                    tl.store(pa_ptr + out, par0 + lo - 1, mask=kid)
-                    tl.store(pd_ptr + out, tl.full([CH], 1, tl.int32) + d, mask=kid)
-                    tl.atomic_add(hist_row + _bins(cx - c, inv_w, NB), 1, mask=kid, sem="relaxed")
-                tl.debug_barrier()
-                floor = _hist_floor(tl.load(hist_row + nb, cache_modifier=".cg"), B, span, c, NB)
+                if wide:
+                    if npar > CH:  # the offsets are read back from global memory
+                        tl.debug_barrier()
+                    steps = tl.log2(npar.to(tl.float32)).to(tl.int32) + 2  # > log2(npar): enough halvings
+                    for q0 in range(0, total, CH):
+                        k = q0 + q
+                        lo = q * 0  # child k's parent: the last one whose offset is <= k
+                        hi = lo + npar
+                        if npar <= CH:  # offsets still in registers
+                            for _ in range(steps):
+                                act = lo < hi
+                                mid = (lo + hi) // 2
+                                le = tl.gather(offs, tl.minimum(mid, CH - 1), 0) <= k
+                                lo = tl.where(act & le, mid + 1, lo)
+                                hi = tl.where(act & ~le, mid, hi)
+                            start = tl.gather(offs, tl.maximum(lo - 1, 0), 0)
+                        else:
+                            for _ in range(steps):
+                                act = lo < hi
+                                mid = (lo + hi) // 2
+                                le = tl.load(off_ptr + pool + mid, mask=act, other=0) <= k
+                                lo = tl.where(act & le, mid + 1, lo)
+                                hi = tl.where(act & ~le, mid, hi)
+                            start = tl.load(off_ptr + pool + lo - 1, mask=k < total, other=0)
+                        kid = k < total
+                        at = pool + par0 + lo - 1
+                        r = tl.where(kid, k - start, 0)
+                        cx = tl.load(px_ptr + at, mask=kid, other=0.0) + tl.gather(xrow, tl.minimum(r, KB - 1), 0)
+                        code, clen = _rank_code(r.to(tl.int64) + 1)
+                        used = tl.load(pb_ptr + at, mask=kid, other=0).to(tl.int64) + clen
+                        lex = tl.load(pl_ptr + at, mask=kid, other=0) | (code << tl.maximum(63 - used, 0))
+                        prod = tl.load(pp_ptr + at, mask=kid, other=1) * (r + 1)
+                        _store_nodes(px_ptr, ps_ptr, pl_ptr, pb_ptr, pp_ptr, pr_ptr, pa_ptr, pd_ptr, hist_row,
+                                     pool + n_pool + k, kid, cx, c, lex, used.to(tl.int32), prod, r, par0 + lo - 1,
+                                     tl.full([CH], 1, tl.int32) + d, inv_w, NB)
+                    resident = resident * 0
+                else:  # the children become the next depth's register-resident parents
+                    j, r, rx, rp, rl, rb = _narrow_children(rx, rp, rl, rb, xw, nkeep, npar, total, W, SEARCH_W)
+                    _store_nodes(px_ptr, ps_ptr, pl_ptr, pb_ptr, pp_ptr, pr_ptr, pa_ptr, pd_ptr, hist_row,
+                                 pool + n_pool + lane, lane < total, rx, c, rl, rb, rp, r, par0 + j,
+                                 tl.full([W], 1, tl.int32) + d, inv_w, NB)
+                    resident = resident * 0 + 1
+                since += total
+                if since >= tl.maximum(B // 8, 1):  # enough new nodes to move F: read it again
+                    tl.debug_barrier()
+                    floor = _hist_floor(tl.load(hist_row + nb, cache_modifier=".cg"), B, span, c, NB)
+                    since = since * 0
                 par0 = n_pool
                 npar = total
                 n_pool += total
-                tl.debug_barrier()
 
     # finalists: every kept node at or above the final floor (at least B of them), sorted once
+    if since > 0:  # the last nodes kept are not in F yet: a tighter F means fewer finalists
+        tl.debug_barrier()
+        floor = _hist_floor(tl.load(hist_row + nb, cache_modifier=".cg"), B, span, c, NB)
     S: tl.constexpr = 2 << LOG_F  # noqa: N806 - a constexpr size, named like the others
     cnt = n_pool * 0
     for u0 in range(0, n_pool, CH):
@@ -420,14 +525,59 @@ def enum_kernel(  # noqa: C901, PLR0912, PLR0915 - one fused launch builds the w
         tl.store(nodes_ptr + b, B + 1)
 
 
-@triton.jit(do_not_specialize=["bs"])  # one compile for every batch size
-def verify_kernel(  # noqa: PLR0915 - one launch writes every verify tensor
-    tokens_ptr, parents_ptr, depths_ptr, lens_ptr, bs, D, pad_token,
-    ids_out, pos_out, anc_out, full_out, index_out, first_out, sibling_out, keys_ptr,
-    N: tl.constexpr, NP: tl.constexpr, BS_P: tl.constexpr, ROWS: tl.constexpr, RB: tl.constexpr,
+@triton.jit
+def _fill(ptr, lo, hi, longest, value, CB: tl.constexpr):
+    """ptr[lo[i]:hi[i]] = value for each row i of the [R] int64 bounds (R == 1: one flat range);
+    ``longest`` (int32) >= every hi - lo: a scalar, so no cross-thread reduction finds the loop's end.
+
+    Between a row's 16-aligned bounds the offsets and the mask bound are multiples of 16, so the
+    compiler emits one 16-byte store per thread and block; the up to 15 bytes at each end are
+    stored one by one."""
+    start = (lo + 15) // 16 * 16
+    stop = hi // 16 * 16
+    edge = tl.arange(0, 16)[None, :]
+    head = lo[:, None] + edge
+    tl.store(ptr + head, value, mask=(head < start[:, None]) & (head < hi[:, None]))
+    tail = stop[:, None] + edge
+    tl.store(ptr + tail, value, mask=(tail >= start[:, None]) & (tail < hi[:, None]))
+    base = ptr + start[:, None]
+    length = (stop - start).to(tl.int32)[:, None]
+    col = tl.arange(0, CB)[None, :]
+    for c in range(0, longest, CB):
+        tl.store(base + c + col, value, mask=c + col < length)
+
+
+@triton.jit
+def _pointers(parents_ptr, r, parent, lowest, N: tl.constexpr, CW: tl.constexpr):
+    """First child and next sibling (-1: none) of rows ``r`` (>= ``lowest``) of one request.
+
+    First child: the smallest j with parent[j] == i; next sibling: the smallest j > i with
+    parent[j] == parent[i] (the successor in (parent, index) order of ``tree_pointers``). Children
+    follow their parent (parents[j] < j), so columns before ``lowest`` cannot match. Elementwise
+    minima over blocks of CW columns, one reduction at the end."""
+    i = r.to(tl.int32)[:, None]
+    first = tl.full([r.shape[0], CW], N, tl.int32)
+    sibling = tl.full([r.shape[0], CW], N, tl.int32)
+    for c0 in range(lowest // CW * CW, N, CW):
+        j = c0 + tl.arange(0, CW)[None, :]
+        pj = tl.load(parents_ptr + j, mask=j < N, other=-1).to(tl.int32)
+        first = tl.minimum(first, tl.where(pj == i, j, N))
+        sibling = tl.minimum(sibling, tl.where((pj == parent[:, None]) & (j > i), j, N))
+    first = tl.min(first, 1)
+    sibling = tl.min(sibling, 1)
+    return tl.where(first < N, first, -1), tl.where((sibling < N) & (parent >= 0), sibling, -1)
+
+
+@triton.jit(do_not_specialize=["bs", "lens_sum"])  # one compile for every batch size and mask size
+def verify_kernel(
+    tokens_ptr, parents_ptr, depths_ptr, lens_ptr, bs, lens_sum, D, pad_token,
+    ids_out, pos_out, anc_out, full_out, index_out, first_out, sibling_out,
+    N: tl.constexpr, BS_P: tl.constexpr, RB: tl.constexpr, CW: tl.constexpr, FILL: tl.constexpr,
 ):
-    """Verify tensors of one request's rows [t*RB, (t+1)*RB): ids, positions, ancestor mask rows,
-    FULL mask rows; the program with t = 0 also writes the first-child / next-sibling pointers."""
+    """Every verify tensor of one request's rows [t*RB, (t+1)*RB) into uninitialised outputs: ids,
+    positions, pointers, ancestor-mask rows and FULL-mask rows, plus a 1/(bs*T) share of the FULL
+    mask's True tail (T programs per request). Each byte has one owning program, so programs never
+    wait on each other; within a program, zeros are written before the ancestor ones."""
     b = tl.program_id(0)
     t = tl.program_id(1)
     r = t * RB + tl.arange(0, RB)
@@ -435,52 +585,46 @@ def verify_kernel(  # noqa: PLR0915 - one launch writes every verify tensor
     row = b * N + r
     tok = tl.load(tokens_ptr + row, mask=real, other=-1)
     depth = tl.load(depths_ptr + row, mask=real, other=0)
+    parent = tl.load(parents_ptr + row, mask=real, other=-1).to(tl.int32)
     s = tl.load(lens_ptr + b)
     tl.store(ids_out + row, tl.where(tok == -1, pad_token, tok), mask=real)
     tl.store(pos_out + row, s + depth, mask=real)
     tl.store(index_out + row, row.to(tl.int64), mask=real)
 
-    # this request's block of the flat FULL mask starts after every earlier request's N*(S+N)
+    # request b's block of the flat FULL mask starts after every earlier request's N*(S+N); the
+    # blocks of all requests end at `used`, and past it (up to `size`) the mask is all True
+    size = N * lens_sum.to(tl.int64) + bs.to(tl.int64) * N * N
     start = tl.full([], 0, tl.int64)
+    used = tl.full([], 0, tl.int64)
     for c0 in range(0, bs, BS_P):
         c = c0 + tl.arange(0, BS_P)
-        lens = tl.load(lens_ptr + c, mask=c < b, other=0)
-        start += tl.sum(tl.where(c < b, N * (lens + N), 0), 0).to(tl.int64)
-    width = s + N  # the caller filled the flat mask with True: clear this program's rows of the tree block
-    cols = tl.arange(0, NP)[None, :]
-    for r0 in range(0, RB, ROWS):
-        rr = t * RB + r0 + tl.arange(0, ROWS)[:, None]
-        inside = (rr < N) & (cols < N)
-        tl.store(full_out + start + rr * width + s + cols, 0, mask=inside)
-        tl.store(anc_out + b * N * N + rr * N + cols, 0, mask=inside)
-    tl.debug_barrier()
-    every_parent = tl.load(parents_ptr + b * N + tl.arange(0, NP), mask=tl.arange(0, NP) < N, other=-1)
-    cur = r.to(tl.int64)  # self, then each ancestor (hops through registers): at most D hops
-    hop = real
-    for _ in range(D + 1):
-        tl.store(anc_out + b * N * N + r * N + cur, 1, mask=hop)
-        tl.store(full_out + start + r * width + s + cur, 1, mask=hop)
-        cur = tl.where(hop, tl.gather(every_parent, tl.minimum(tl.maximum(cur, 0), NP - 1).to(tl.int32), 0), -1)
-        hop = hop & (cur >= 0)
+        block = tl.where(c < bs, N * (tl.load(lens_ptr + c, mask=c < bs, other=0) + N), 0)
+        start += tl.sum(tl.where(c < b, block, 0), 0).to(tl.int64)
+        used += tl.sum(block, 0).to(tl.int64)
+    width = s + N
+    row_start = tl.where(real, start + r * width, 0)
+    prefix_end = tl.where(real, row_start + s, 0)
+    _fill(full_out, row_start, prefix_end, s.to(tl.int32), 1, FILL // RB)
+    _fill(full_out, prefix_end, tl.where(real, row_start + width, 0), N, 0, FILL // RB)
+    flat = tl.full([1], 0, tl.int64)  # a single row: one contiguous range
+    anc_rows = (tl.minimum(t * RB + RB, N) - t * RB) * N
+    anc_start = (b.to(tl.int64) * N + t * RB) * N
+    _fill(anc_out, flat + anc_start, flat + anc_start + anc_rows, anc_rows, 0, FILL)
+    programs = bs * tl.num_programs(1)
+    share = (size - used + programs - 1) // programs
+    tail = used + (b * tl.num_programs(1) + t) * share
+    _fill(full_out, flat + tail, flat + tl.minimum(tail + share, size), share.to(tl.int32), 1, FILL)
 
-    if t == 0:  # first child: smallest child index; next sibling: successor in (parent, index) order
-        i = tl.arange(0, NP)
-        every = i < N
-        rows = b * N + i
-        parent = tl.load(parents_ptr + rows, mask=every, other=-1)
-        child = every & (parent >= 0)
-        tl.store(first_out + rows, tl.full([NP], N, tl.int64), mask=every)
-        tl.debug_barrier()
-        tl.atomic_min(first_out + b * N + parent, i.to(tl.int64), mask=child)
-        tl.debug_barrier()
-        first = tl.load(first_out + rows, mask=every, other=N)
-        tl.store(first_out + rows, tl.where(first == N, -1, first), mask=every)
-        key = tl.where(child, parent * NP + i, NP * NP + i)  # non-children sort last
-        key = tl.sort(key)
-        tl.store(keys_ptr + b * (NP + 1) + i, key)
-        tl.store(keys_ptr + b * (NP + 1) + NP, NP * NP * 2)
-        tl.debug_barrier()
-        nxt = tl.load(keys_ptr + b * (NP + 1) + i + 1)
-        node = key % NP
-        same = (key < NP * NP) & (nxt < NP * NP) & (key // NP == nxt // NP)
-        tl.store(sibling_out + b * N + node, tl.where(same, nxt % NP, -1).to(tl.int64), mask=node < N)
+    first, sibling = _pointers(parents_ptr + b * N, r, parent, t * RB, N, CW)
+    tl.store(first_out + row, first.to(tl.int64), mask=real)
+    tl.store(sibling_out + row, sibling.to(tl.int64), mask=real)
+
+    tl.debug_barrier()  # the ones below land after this program's zero fills of the same rows
+    cur = r.to(tl.int64)  # the row itself, then each ancestor: at most D hops
+    hop = real
+    anc_row = row.to(tl.int64) * N
+    for _ in range(D + 1):
+        tl.store(anc_out + anc_row + cur, 1, mask=hop)
+        tl.store(full_out + prefix_end + cur, 1, mask=hop)
+        cur = tl.load(parents_ptr + b * N + cur, mask=hop, other=-1)
+        hop = hop & (cur >= 0)

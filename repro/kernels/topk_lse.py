@@ -63,6 +63,8 @@ class TopKConfig:
     # when the row has under 2.5 K super keys (then the search would let through too many candidates)
     bisect_unroll: int = 1  # unroll factor of the 16-step threshold search (16: fully, 1: a loop)
     select_maxnreg: int = 128  # register cap per select thread (0: the compiler's choice); lower fits more rows per SM
+    split_select: bool = True  # the select as two launches: threshold per row, then the gather spread over
+    # CAP / (gather / group) programs per row whose last sorts (a shorter critical path than one program per row)
     scan_tail: bool = True  # hold the M group keys as a pow2_floor(M) head and a pow2_ceil(rest) tail, not one
     # pow2_ceil(M) tile (less padding to count over; M 5120: 4096 + 1024 not 8192), when that fits in scan_block;
     # H200, V 163840, K 256, us at bs 1/8/32/64: on 25.0/36.6/101.5/182.5, off 24.0/35.4/111.4/197.4
@@ -114,6 +116,7 @@ class Plan:
     select_warps: int
     select_maxnreg: int
     super_keys: int  # R: group keys per super key (power of two; divides scan_block and scan_tail)
+    split_select: bool
     lse_block: int  # SP: split partials the select loads at once (pow2 >= splits, at most 1024)
 
 
@@ -161,6 +164,7 @@ def make_plan(rows: int, vocab: int, k: int, config: TopKConfig) -> Plan:
         select_warps=config.select_warps or (8 if rows < SELECT_WIDE_ROWS else 4),
         select_maxnreg=config.select_maxnreg,
         super_keys=supers,
+        split_select=config.split_select,
         lse_block=min(_pow2_ceil(splits), 1024),
     )
 
@@ -235,6 +239,7 @@ def prepare(
 
     select_consts = {"MB": p.scan_block, "MT": p.scan_tail, "G": p.group, "GT": p.gather_groups, "K_P": p.k_pow2,
                      "CAP": p.cap, "UNROLL": p.bisect_unroll, "SP": p.lse_block, "R": p.super_keys}
+
     def launch_stream() -> None:
         if p.rows:
             kern.stream_kernel[(p.rows, p.splits)](
@@ -242,8 +247,25 @@ def prepare(
                 TG=p.tile // p.group, G=p.group, num_warps=p.stream_warps,
             )
 
-    def launch_select() -> None:
+    state = torch.empty((p.rows, 4), dtype=torch.int32, device=dev) if p.split_select else None
+
+    def launch_split_select() -> None:
         if p.rows:
+            kern.threshold_kernel[(p.rows,)](
+                p.groups, p.splits, k, gkeys, parts, gidx, state, lse,
+                MB=p.scan_block, MT=p.scan_tail, R=p.super_keys, CAP=p.cap, UNROLL=p.bisect_unroll, SP=p.lse_block,
+                num_warps=p.select_warps,
+            )
+            kern.gather_kernel[(p.rows, -(-p.cap // p.gather_groups))](
+                x2, x2.stride(0), vocab, k, id_offset, gidx, state, cand, logits, ids,
+                G=p.group, GT=p.gather_groups, K_P=p.k_pow2, CAP=p.cap, num_warps=p.select_warps,
+                **({"maxnreg": p.select_maxnreg} if p.select_maxnreg else {}),
+            )
+
+    def launch_select() -> None:
+        if p.split_select:
+            launch_split_select()
+        elif p.rows:
             kern.select_kernel[(p.rows,)](
                 x2, x2.stride(0), vocab, p.groups, p.splits, k, id_offset,
                 gkeys, parts, gidx, cand, logits, ids, lse, **select_consts, num_warps=p.select_warps,

@@ -8,8 +8,11 @@ order), in two launches with no host synchronisation (capturable in a CUDA graph
 1. ``enum_kernel`` enumerates, depth by depth, every node scoring above a floor that stays below
    the B-th best score found so far (a running histogram of the kept scores gives it), with no
    per-depth sort: a parent's kept children are a prefix of its ranks, found by binary search.
-   The few finalists are sorted once. It needs K = B ranks per depth (V >= B); a request whose
-   kept set outgrows its buffers (tie-heavy rows) is flagged instead.
+   The few finalists are sorted once. A depth of at most ``NARROW`` parents and children (a
+   confident drafter's deep depths) runs in one warp from registers, with no barrier, and the
+   floor is re-read only after B / 8 new nodes (a stale floor is lower: still exact). It needs
+   K = B ranks per depth (V >= B); a request whose kept set outgrows its buffers (tie-heavy rows)
+   is flagged instead.
 2. ``tree_kernel`` builds the flagged requests (every request when V < B) by the per-depth
    frontier algorithm of ``repro/ddtree/tree.py``: each depth's best candidates are sorted and
    merged into the best ``B`` so far; candidates below that (less a rounding margin) are dropped.
@@ -38,7 +41,12 @@ in registers (2048 at B = 256); larger budgets use ``build_trees_from_topk``."""
 
 VERIFY_ROWS_PER_PROGRAM = 32
 """Verify-tensor rows per program (power of two): a request's rows spread over ceil(N / 32)
-programs, so bs 32 at B 256 fills the GPU instead of 32 of its SMs."""
+programs, so bs 32 at B 256 runs 288 programs, two or three per SM of an H200. Work that every
+warp repeats (the ancestor walk of the rows) argues for more rows, balance over SMs for fewer."""
+
+VERIFY_COLUMNS = 32
+"""Nodes the verify kernel compares with its rows per step when it looks for first children and
+next siblings: 32 keeps each row's minimum inside one warp (no shared-memory reduction)."""
 
 
 def _pow2(n: int) -> int:
@@ -102,6 +110,11 @@ ENUM_BINS = 1024
 the B-th best score (theta_1: depth 1's B-th score), so few nodes are kept that cannot make it."""
 
 
+NARROW = 32
+"""Width of the enumeration kernel's narrow path: one warp, so a depth of at most this many
+parents and children runs on warp shuffles alone (a 32-wide tile is replicated across the warps)."""
+
+
 def enum_kernel_constants(budget: int) -> dict[str, int]:
     """The enumeration kernel's compile-time sizes for a budget in [1, MAX_BUDGET]."""
     fp = max(2, _pow2(budget))
@@ -111,6 +124,8 @@ def enum_kernel_constants(budget: int) -> dict[str, int]:
         "LOG_F": fp.bit_length() - 1,
         "NB": ENUM_BINS,
         "SEARCH_K": budget.bit_length(),  # binary search over ranks [0, B]
+        "W": NARROW,
+        "SEARCH_W": NARROW.bit_length(),  # binary searches over [0, W]
     }
 
 
@@ -177,28 +192,37 @@ def build_trees_fused_flagged(
     return tree, flags if enum else None
 
 
+def verify_kernel_constants(bs: int, budget: int, num_warps: int) -> dict[str, int]:
+    """The verify kernel's compile-time sizes (FILL: bytes of one 16-byte store per thread)."""
+    return {
+        "N": budget + 1,
+        "BS_P": min(_pow2(bs), 1024),
+        "RB": VERIFY_ROWS_PER_PROGRAM,
+        "CW": VERIFY_COLUMNS,
+        "FILL": 16 * 32 * num_warps,
+    }
+
+
 def verify_tensors_fused(
     tree: DraftTree, prefix_lens: torch.Tensor, prefix_lens_sum: int, pad_token: int = 0, num_warps: int = 4
 ) -> VerifyTensors:
-    """``repro.ddtree.verify_tensors`` in one Triton launch (after a memset); same tensors and
-    layouts, and the same contract for ``prefix_lens_sum`` (an upper bound leaves a True tail)."""
+    """``repro.ddtree.verify_tensors`` in one Triton launch that writes every byte of every output
+    (no memset); same tensors and layouts, and the same contract for ``prefix_lens_sum`` (an upper
+    bound leaves a True tail)."""
     if not tree.has_root:
         msg = "verify_tensors needs a tree built with root_tokens (got a tree without roots)"
         raise ValueError(msg)
     bs, n = tree.tokens.shape
     dev = tree.device
-    np_ = _pow2(n)
     lens = prefix_lens.to(device=dev, dtype=torch.int64).contiguous()
     i64 = {"dtype": torch.int64, "device": dev}
     ids, pos, index, first, sibling = (torch.empty(bs * n, **i64) for _ in range(5))
     anc = torch.empty(bs, n, n, dtype=torch.bool, device=dev)
-    full = torch.ones(n * prefix_lens_sum + bs * n * n, dtype=torch.bool, device=dev)
-    keys = torch.empty(bs * (np_ + 1), **i64)
-    rb = min(np_, VERIFY_ROWS_PER_PROGRAM)
-    _verify_kernel()[(bs, -(-n // rb))](
-        tree.tokens.contiguous(), tree.parents.contiguous(), tree.depths.contiguous(), lens, bs,
-        min(tree.horizon, tree.budget), pad_token, ids, pos, anc, full, index, first, sibling, keys,
-        N=n, NP=np_, BS_P=min(_pow2(bs), 1024), ROWS=min(rb, max(1, 4096 // np_)), RB=rb, num_warps=num_warps,
+    full = torch.empty(n * prefix_lens_sum + bs * n * n, dtype=torch.bool, device=dev)
+    _verify_kernel()[(bs, -(-n // VERIFY_ROWS_PER_PROGRAM))](
+        tree.tokens.contiguous(), tree.parents.contiguous(), tree.depths.contiguous(), lens, bs, prefix_lens_sum,
+        min(tree.horizon, tree.budget), pad_token, ids, pos, anc, full, index, first, sibling,
+        **verify_kernel_constants(bs, tree.budget, num_warps), num_warps=num_warps,
     )
     view = lambda t: t.view(bs, n)  # noqa: E731
     return VerifyTensors(ids, pos, anc, full, view(index), view(first), view(sibling))

@@ -19,7 +19,8 @@ fields on top of the best config so far, or the defaults for the stages left out
 (tile, stream warps, programs), ``select`` (select warps, gather, bisect unroll, register cap),
 ``keys`` (group size, scan block), ``tail`` (scan_tail off/on: the group keys in one padded
 tile, or a head and a tail tile), ``super`` (group keys per super key of the threshold search,
-with auto or 8 select warps). ``--adversarial`` adds rows for tie-heavy and sorted inputs
+with auto or 8 select warps), ``split`` (the select in one launch per row, or two: the
+threshold per row, then the gather over several programs per row). ``--adversarial`` adds rows for tie-heavy and sorted inputs
 (slow path). Every row records the config it ran.
 """
 
@@ -162,10 +163,12 @@ def sweep_stages() -> list[list[dict]]:
     keys = [{"group": g, "scan_block": b} for g, b in ((16, 16384), (32, 2048), (32, 8192), (64, 1024), (64, 4096))]
     tail = [{"scan_tail": t} for t in (False, True)]
     supers = [{"super_keys": r, "select_warps": w} for r in (1, 4, 8) for w in (0, 8)]
-    return [stream, select, keys, tail, supers]
+    split = [{"split_select": False}] + [{"split_select": True, "select_warps": w, "gather": g}
+                                        for w, g in ((0, 2048), (8, 2048), (4, 2048), (0, 1024), (0, 4096))]
+    return [stream, select, keys, tail, supers, split]
 
 
-SWEEP_STAGES = ("stream", "select", "keys", "tail", "super")
+SWEEP_STAGES = ("stream", "select", "keys", "tail", "super", "split")
 
 
 def sweep(bss: list[int], dtype: torch.dtype, reps: int, stages: tuple[str, ...] = SWEEP_STAGES) -> dict:

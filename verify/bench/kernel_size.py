@@ -4,9 +4,9 @@
     python -m verify.bench.kernel_size --tree --budget 256 --warps 16
 
 Compiles the top-K ``stream_kernel`` and ``select_kernel`` (with the launch constants
-``repro.kernels.topk_lse.make_plan`` picks), or with ``--tree`` the two tree kernels (constants from
-``repro.kernels.tree_build``), ahead of time for ``--arch`` (default sm_90),
-then reads the cubin with the ``cuobjdump`` that ships in the triton wheel: registers per thread,
+``repro.kernels.topk_lse.make_plan`` picks), or with ``--tree`` the two tree kernels and the
+verify kernel (constants from ``repro.kernels.tree_build``), ahead of time for ``--arch`` (default
+sm_90), then reads the cubin with the ``cuobjdump`` that ships in the triton wheel: registers per thread,
 stack (spill slots), local and shared bytes, and the SASS instruction count. Nsight Compute showed
 the select kernel stalled on instruction fetch (docs/PERFORMANCE.md), so code size and spills are
 leads worth reading before a GPU run; they are not timings.
@@ -24,7 +24,7 @@ from pathlib import Path
 
 POINTER_TYPES = {
     "x_ptr": "*bf16", "gkey_ptr": "*i16", "part_ptr": "*fp32", "gidx_ptr": "*i32", "cand_ptr": "*i64",
-    "val_ptr": "*fp32", "id_ptr": "*i64", "lse_ptr": "*fp32",
+    "val_ptr": "*fp32", "id_ptr": "*i64", "lse_ptr": "*fp32", "state_ptr": "*i32",
     "logits_ptr": "*fp32", "ids_ptr": "*i64", "roots_ptr": "*i64", "slot_tab": "*i32", "rank_tab": "*i32",
     "fx_ptr": "*fp64", "fscore_ptr": "*fp64", "flex_ptr": "*i64", "fbits_ptr": "*i64", "fprod_ptr": "*i64",
     "frank_ptr": "*i32", "fslot_ptr": "*i32", "inv_ptr": "*i32", "tokens_ptr": "*i64", "parents_ptr": "*i64",
@@ -32,6 +32,8 @@ POINTER_TYPES = {
     "cs_ptr": "*fp64", "cl_ptr": "*i64", "ci_ptr": "*i32", "flag_ptr": "*i32",
     "px_ptr": "*fp64", "ps_ptr": "*fp64", "pl_ptr": "*i64", "pb_ptr": "*i32", "pp_ptr": "*i32", "pr_ptr": "*i32",
     "pa_ptr": "*i32", "pd_ptr": "*i32", "off_ptr": "*i32", "sel_ptr": "*i32", "hist_ptr": "*i32",
+    "lens_ptr": "*i64", "ids_out": "*i64", "pos_out": "*i64", "anc_out": "*i1", "full_out": "*i1",
+    "index_out": "*i64", "first_out": "*i64", "sibling_out": "*i64",
 }
 """Pointer arguments of the kernels by name (bf16 drafter logits); other arguments are i32."""
 
@@ -64,7 +66,8 @@ def _cuobjdump() -> Path:
 
 
 def cubin_size(cubin: bytes) -> dict[str, int]:
-    """Registers, stack, local and shared bytes, and SASS instruction count of one cubin."""
+    """Registers, stack, local and shared bytes, SASS instruction count and 16-byte global stores
+    (``wide_stores``: the verify kernel's fills must stay vectorised) of one cubin."""
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
@@ -73,6 +76,7 @@ def cubin_size(cubin: bytes) -> dict[str, int]:
         sass = subprocess.run([_cuobjdump(), "-sass", f.name], capture_output=True, text=True, check=True).stdout
     out = {key.lower(): int(value) for key, value in re.findall(r"\b(REG|STACK|SHARED|LOCAL):(\d+)", usage)}
     out["instructions"] = sum(1 for line in sass.splitlines() if re.match(r"\s+/\*[0-9a-f]+\*/\s", line))
+    out["wide_stores"] = sass.count("STG.E.128")
     return out
 
 
@@ -86,6 +90,13 @@ def topk_kernel_sizes(rows: int, vocab: int, k: int, config, arch: int = 90) -> 
     select = {"MB": p.scan_block, "MT": p.scan_tail, "G": p.group, "GT": p.gather_groups, "K_P": p.k_pow2,
               "CAP": p.cap, "UNROLL": p.bisect_unroll, "SP": p.lse_block, "R": p.super_keys}
     stream = _compile(kern.stream_kernel, {"TG": p.tile // p.group, "G": p.group}, values, p.stream_warps, arch)
+    if p.split_select:
+        thresh = _compile(kern.threshold_kernel, {k: select[k] for k in ("MB", "MT", "R", "CAP", "UNROLL", "SP")},
+                          values, p.select_warps, arch)
+        gather = _compile(kern.gather_kernel, {k: select[k] for k in ("G", "GT", "K_P", "CAP")}, values,
+                          p.select_warps, arch, p.select_maxnreg)
+        return {"stream_kernel": cubin_size(stream), "threshold_kernel": cubin_size(thresh),
+                "gather_kernel": cubin_size(gather)}
     return {"stream_kernel": cubin_size(stream),
             "select_kernel": cubin_size(_compile(kern.select_kernel, select, values, p.select_warps, arch,
                                                  p.select_maxnreg))}
@@ -93,14 +104,17 @@ def topk_kernel_sizes(rows: int, vocab: int, k: int, config, arch: int = 90) -> 
 
 def tree_kernel_size(budget: int, horizon: int = 15, num_warps: int = 8, arch: int = 90) -> dict[str, dict[str, int]]:
     """``cubin_size`` of the enumeration and frontier tree kernels as ``build_trees_fused`` would
-    launch them (K = B <= V)."""
+    launch them (K = B <= V), and of the verify kernel as ``verify_tensors_fused`` launches it
+    (its own default warps, bs 32)."""
     from repro.kernels import _tree_build_triton as kern
-    from repro.kernels.tree_build import enum_kernel_constants, tree_kernel_constants
+    from repro.kernels.tree_build import enum_kernel_constants, tree_kernel_constants, verify_kernel_constants
 
     values = {"KT": budget, "L": horizon, "KB": budget, "D": min(horizon, budget), "B": budget}
     return {
         "enum_kernel": cubin_size(_compile(kern.enum_kernel, enum_kernel_constants(budget), values, num_warps, arch)),
         "tree_kernel": cubin_size(_compile(kern.tree_kernel, tree_kernel_constants(budget, horizon), values, num_warps, arch)),
+        "verify_kernel": cubin_size(_compile(kern.verify_kernel, verify_kernel_constants(32, budget, 4),
+                                             {"D": min(horizon, budget), "pad_token": 0}, 4, arch)),
     }
 
 

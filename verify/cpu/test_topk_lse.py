@@ -51,6 +51,10 @@ CASES = [
     ("no-super-keys-random", "random", 3, 1000, 16, torch.bfloat16, {"super_keys": 1}),
     ("super-keys-2-boundary", "boundary", 3, 1000, 16, torch.bfloat16, {"super_keys": 2}),
     ("super-keys-8-peaked", "peaked", 3, 4000, 4, torch.float32, {"super_keys": 8}),
+    # the select in one launch per row (split_select off)
+    ("one-select-random", "random", 3, 1000, 64, torch.bfloat16, {"split_select": False}),
+    ("one-select-tied", "tied", 2, 700, 7, torch.bfloat16, {"split_select": False}),
+    ("one-select-tiny", "boundary", 2, 999, 16, torch.bfloat16, {**TINY, "split_select": False}),
     ("super-keys-chunked", "random", 2, 2000, 8, torch.float16, {**TINY, "super_keys": 4, "min_cap": 64}),
 ]
 SHARDS = [(0, 1100), (1100, 3000)]
