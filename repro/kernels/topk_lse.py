@@ -63,8 +63,9 @@ class TopKConfig:
     # when the row has under 2.5 K super keys (then the search would let through too many candidates)
     bisect_unroll: int = 1  # unroll factor of the 16-step threshold search (16: fully, 1: a loop)
     select_maxnreg: int = 128  # register cap per select thread (0: the compiler's choice); lower fits more rows per SM
-    split_select: bool = True  # the select as two launches: threshold per row, then the gather spread over
-    # CAP / (gather / group) programs per row whose last sorts (a shorter critical path than one program per row)
+    split_rows: int = 64  # below this many rows the select runs as two launches: the threshold per row, then
+    # the gather spread over several programs per row, the last of which sorts (a shorter critical path); 0: never.
+    # H200, us at bs 1/8/32/64 (15/120/480/960 rows): split 18.5/39.1/92.4/177.2, one launch 20.3/32.6/81.6/156.9
     scan_tail: bool = True  # hold the M group keys as a pow2_floor(M) head and a pow2_ceil(rest) tail, not one
     # pow2_ceil(M) tile (less padding to count over; M 5120: 4096 + 1024 not 8192), when that fits in scan_block;
     # H200, V 163840, K 256, us at bs 1/8/32/64: on 25.0/36.6/101.5/182.5, off 24.0/35.4/111.4/197.4
@@ -88,6 +89,9 @@ class TopKConfig:
             raise ValueError(msg)
         if self.select_maxnreg and not 32 <= self.select_maxnreg <= 255:
             msg = f"TopKConfig.select_maxnreg must be 0 or in [32, 255] (got {self.select_maxnreg})"
+            raise ValueError(msg)
+        if self.split_rows < 0:
+            msg = f"TopKConfig.split_rows must be >= 0 (got {self.split_rows})"
             raise ValueError(msg)
         if self.programs < 1:
             msg = f"TopKConfig.programs must be >= 1 (got {self.programs})"
@@ -116,7 +120,7 @@ class Plan:
     select_warps: int
     select_maxnreg: int
     super_keys: int  # R: group keys per super key (power of two; divides scan_block and scan_tail)
-    split_select: bool
+    split_select: bool  # rows < config.split_rows
     lse_block: int  # SP: split partials the select loads at once (pow2 >= splits, at most 1024)
 
 
@@ -164,7 +168,7 @@ def make_plan(rows: int, vocab: int, k: int, config: TopKConfig) -> Plan:
         select_warps=config.select_warps or (8 if rows < SELECT_WIDE_ROWS else 4),
         select_maxnreg=config.select_maxnreg,
         super_keys=supers,
-        split_select=config.split_select,
+        split_select=rows < config.split_rows,
         lse_block=min(_pow2_ceil(splits), 1024),
     )
 

@@ -163,8 +163,7 @@ def sweep_stages() -> list[list[dict]]:
     keys = [{"group": g, "scan_block": b} for g, b in ((16, 16384), (32, 2048), (32, 8192), (64, 1024), (64, 4096))]
     tail = [{"scan_tail": t} for t in (False, True)]
     supers = [{"super_keys": r, "select_warps": w} for r in (1, 4, 8) for w in (0, 8)]
-    split = [{"split_select": False}] + [{"split_select": True, "select_warps": w, "gather": g}
-                                        for w, g in ((0, 2048), (8, 2048), (4, 2048), (0, 1024), (0, 4096))]
+    split = [{"split_rows": r} for r in (0, 1 << 30)]
     return [stream, select, keys, tail, supers, split]
 
 

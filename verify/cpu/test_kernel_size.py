@@ -15,9 +15,9 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reas
 def test_loop_threshold_search_shrinks_the_select_kernel(capsys):
     """At the deployment shape the select kernel compiles for sm_90 without spills, and the
     threshold search as a loop (bisect_unroll=1, the default) is a smaller program than fully unrolled."""
-    assert kernel_size.main(["--set", "split_select=0"]) == 0
+    assert kernel_size.main(["--set", "split_rows=0"]) == 0
     loop = json.loads(capsys.readouterr().out)
-    assert kernel_size.main(["--set", "bisect_unroll=16", "--set", "split_select=0"]) == 0
+    assert kernel_size.main(["--set", "bisect_unroll=16", "--set", "split_rows=0"]) == 0
     unrolled = json.loads(capsys.readouterr().out)
     for sizes in (loop, unrolled):
         assert sizes["arch"] == "sm_90"
@@ -31,9 +31,9 @@ def test_loop_threshold_search_shrinks_the_select_kernel(capsys):
 def test_register_cap_reaches_the_select_compile(capsys):
     """select_maxnreg=64 compiles the select kernel within 64 registers per thread (0 leaves the
     compiler free to use more); the stream kernel is untouched."""
-    assert kernel_size.main(["--set", "select_maxnreg=64", "--set", "split_select=0"]) == 0
+    assert kernel_size.main(["--set", "select_maxnreg=64", "--set", "split_rows=0"]) == 0
     capped = json.loads(capsys.readouterr().out)
-    assert kernel_size.main(["--set", "select_maxnreg=0", "--set", "split_select=0"]) == 0
+    assert kernel_size.main(["--set", "select_maxnreg=0", "--set", "split_rows=0"]) == 0
     free = json.loads(capsys.readouterr().out)
     assert capped["select_kernel"]["reg"] <= 64 < free["select_kernel"]["reg"]
     assert capped["stream_kernel"] == free["stream_kernel"]
@@ -43,9 +43,9 @@ def test_scan_tail_shrinks_the_select_kernel(capsys):
     """At the deployment shape (M 5120 group keys) a 4096 + 1024 key tile instead of 8192 gives
     a select kernel (the default) without spills and of under 0.7 the instructions; the stream kernel
     is untouched."""
-    assert kernel_size.main(["--set", "scan_tail=0", "--set", "split_select=0"]) == 0
+    assert kernel_size.main(["--set", "scan_tail=0", "--set", "split_rows=0"]) == 0
     one = json.loads(capsys.readouterr().out)
-    assert kernel_size.main(["--set", "split_select=0"]) == 0
+    assert kernel_size.main(["--set", "split_rows=0"]) == 0
     split = json.loads(capsys.readouterr().out)
     assert split["select_kernel"]["stack"] == 0
     assert split["select_kernel"]["instructions"] < 0.7 * one["select_kernel"]["instructions"]

@@ -51,10 +51,10 @@ CASES = [
     ("no-super-keys-random", "random", 3, 1000, 16, torch.bfloat16, {"super_keys": 1}),
     ("super-keys-2-boundary", "boundary", 3, 1000, 16, torch.bfloat16, {"super_keys": 2}),
     ("super-keys-8-peaked", "peaked", 3, 4000, 4, torch.float32, {"super_keys": 8}),
-    # the select in one launch per row (split_select off)
-    ("one-select-random", "random", 3, 1000, 64, torch.bfloat16, {"split_select": False}),
-    ("one-select-tied", "tied", 2, 700, 7, torch.bfloat16, {"split_select": False}),
-    ("one-select-tiny", "boundary", 2, 999, 16, torch.bfloat16, {**TINY, "split_select": False}),
+    # the select in one launch per row (the default from 64 rows on; split_rows 0)
+    ("one-select-random", "random", 3, 1000, 64, torch.bfloat16, {"split_rows": 0}),
+    ("one-select-tied", "tied", 2, 700, 7, torch.bfloat16, {"split_rows": 0}),
+    ("one-select-tiny", "boundary", 2, 999, 16, torch.bfloat16, {**TINY, "split_rows": 0}),
     ("super-keys-chunked", "random", 2, 2000, 8, torch.float16, {**TINY, "super_keys": 4, "min_cap": 64}),
 ]
 SHARDS = [(0, 1100), (1100, 3000)]
@@ -117,6 +117,12 @@ class TestMakePlan:
         """At bs 1 (15 rows of V 163840) the stream kernel still launches over 132 programs."""
         p = make_plan(15, 163840, 256, TopKConfig())
         assert p.rows * p.splits > 132
+
+    def test_select_splits_below_split_rows(self):
+        """Below split_rows rows (bs 1: 15) the select runs as two launches; from there (bs 8: 120) as one."""
+        assert make_plan(15, 163840, 256, TopKConfig()).split_select
+        assert not make_plan(120, 163840, 256, TopKConfig()).split_select
+        assert not make_plan(15, 163840, 256, TopKConfig(split_rows=0)).split_select
 
     def test_auto_select_warps_follow_the_row_count(self):
         """The default select kernel runs 8 warps up to SELECT_WIDE_ROWS rows and 4 from there

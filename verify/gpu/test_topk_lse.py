@@ -23,6 +23,8 @@ CONFIGS = [
     TopKConfig(scan_block=512, min_cap=1, cap_mult=2),
     TopKConfig(bisect_unroll=1),
     TopKConfig(scan_tail=False),
+    TopKConfig(split_rows=0),
+    TopKConfig(split_rows=1 << 30),
 ]
 
 
@@ -34,7 +36,8 @@ def test_matches_stable_sort_on_every_kind(vocab, k, dtype):
         assert_exact(x, k, topk_lse(x.cuda(), k))
 
 
-@pytest.mark.parametrize("config", CONFIGS, ids=["big-tiles", "small-tiles", "tiny-buffers", "bisect-loop", "one-key-tile"])
+@pytest.mark.parametrize("config", CONFIGS, ids=["big-tiles", "small-tiles", "tiny-buffers", "bisect-loop", "one-key-tile",
+                                               "one-select", "split-select"])
 @pytest.mark.parametrize("kind", ["random", "peaked", "boundary", "tied"])
 def test_swept_configs_stay_exact(config, kind):
     """Every tunable set the benchmark sweeps gives the same exact result at the deployment shape."""
