@@ -13,6 +13,9 @@ Two stages, one pass over the logits:
    that reach it, and sorts those few candidates exactly. A row with more candidates than ``CAP``
    (ties, sorted rows) takes an exact slow path: a running top-K over the whole row in id order.
    Both paths share one sort, so the kernel compiles one bitonic network.
+   Below ``TopKConfig.split_rows`` rows the select runs as two launches instead:
+   ``threshold_kernel`` (grid rows: lse, threshold, group list) and ``gather_kernel`` (grid rows x
+   list slices: each program gathers one slice's candidates, the last of a row's programs sorts).
 
 Exact order: a token's sort key is the int64 ``(ordered float32 bits << 32) | (2**32 - 1 - id)``,
 so key descending is value descending, ties by ascending id; -0.0 is keyed as +0.0 (they are equal).

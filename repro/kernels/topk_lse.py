@@ -57,7 +57,7 @@ class TopKConfig:
     group: int = 0  # tokens per group key; 0 = auto (32, smaller when V is small against k)
     cap_mult: int = 2  # candidate buffer = max(cap_mult * next_pow2(k), min_cap) keys per row
     min_cap: int = 128
-    gather: int = 2048  # tokens per candidate-gather step of the select kernel
+    gather: int = 2048  # tokens per candidate-gather step of the select kernel (per program of gather_kernel)
     scan_block: int = 8192  # group keys the select kernel holds in registers (power of two)
     super_keys: int = 8  # at most this many group keys per super key of the threshold search (1: none); fewer
     # when the row has under 2.5 K super keys (then the search would let through too many candidates)
