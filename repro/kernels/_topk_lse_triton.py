@@ -210,6 +210,19 @@ def _threshold(gk_row, M, K, s0, s1, MB: tl.constexpr, MT: tl.constexpr, R: tl.c
 
 
 @triton.jit
+def _lse_and_threshold(gk_row, part_row, lse_at, M, S, K, MB: tl.constexpr, MT: tl.constexpr, R: tl.constexpr,
+                       UNROLL: tl.constexpr, SP: tl.constexpr):
+    """Store one row's logsumexp at ``lse_at``; return its threshold ``tb`` and the group keys it
+    was searched over (``u0``: the first MB, -1 padded; ``u1``: the tail tile, or ``u0`` when MT = 0)."""
+    u0 = _biased_keys(gk_row, tl.arange(0, MB), M)
+    u1 = u0
+    if MT > 0:
+        u1 = _biased_keys(gk_row, MB + tl.arange(0, MT), M)
+    tl.store(lse_at, _merge_lse(part_row, S, SP))
+    return _threshold(gk_row, M, K, _supers(u0, R), _supers(u1, R), MB, MT, R, UNROLL), u0, u1
+
+
+@triton.jit
 def _append_groups(gidx_row, gi, u, tb, nsel, CAP: tl.constexpr):
     """After the ``nsel`` listed groups, list those of ids ``gi`` whose keys ``u`` reach ``tb``
     (in order, list slots below CAP); return the new count."""
@@ -309,16 +322,8 @@ def _select_row(
 ):
     """Row ``r``: logsumexp, then the exact top-K (value desc, id asc) from the few candidates."""
     row = x_ptr + r * stride_row
-
     gk_row = gkey_ptr + r * M
-    u0 = _biased_keys(gk_row, tl.arange(0, MB), M)
-    u1 = u0  # the tail tile: none unless MT > 0
-    if MT > 0:
-        u1 = _biased_keys(gk_row, MB + tl.arange(0, MT), M)
-
-    tl.store(lse_ptr + r, _merge_lse(part_ptr + r * S * 2, S, SP))
-
-    tb = _threshold(gk_row, M, K, _supers(u0, R), _supers(u1, R), MB, MT, R, UNROLL)
+    tb, u0, u1 = _lse_and_threshold(gk_row, part_ptr + r * S * 2, lse_ptr + r, M, S, K, MB, MT, R, UNROLL, SP)
     gidx_row = gidx_ptr + r * CAP
     cand_row = cand_ptr + r * CAP
     nsel = _compact_groups(gk_row, gidx_row, M, tb, u0, u1, MB, MT, CAP)
@@ -356,12 +361,7 @@ def threshold_kernel(
     groups that reach it; ``state_ptr[r]`` = (tb, groups listed, 0, 0) for ``gather_kernel``."""
     r = tl.program_id(0).to(tl.int64)
     gk_row = gkey_ptr + r * M
-    u0 = _biased_keys(gk_row, tl.arange(0, MB), M)
-    u1 = u0  # the tail tile: none unless MT > 0
-    if MT > 0:
-        u1 = _biased_keys(gk_row, MB + tl.arange(0, MT), M)
-    tl.store(lse_ptr + r, _merge_lse(part_ptr + r * S * 2, S, SP))
-    tb = _threshold(gk_row, M, K, _supers(u0, R), _supers(u1, R), MB, MT, R, UNROLL)
+    tb, u0, u1 = _lse_and_threshold(gk_row, part_ptr + r * S * 2, lse_ptr + r, M, S, K, MB, MT, R, UNROLL, SP)
     nsel = _compact_groups(gk_row, gidx_ptr + r * CAP, M, tb, u0, u1, MB, MT, CAP)
     o = tl.arange(0, 4)
     tl.store(state_ptr + r * 4 + o, tl.where(o == 0, tb, tl.where(o == 1, nsel, 0)))

@@ -251,20 +251,43 @@ def _hist_floor(hist, B, span, c, NB: tl.constexpr):
 
 
 @triton.jit
+def _kept_prefix(px, hi, xs, last, c, floor, STEPS: tl.constexpr):
+    """How many of ranks [0, hi) each parent keeps: a child scores ``px + xs[rank] - c``, kept while
+    at least ``floor``; ``xs`` is sorted, so the kept ranks are a prefix, found by binary search
+    (``STEPS`` halvings; ranks clamped to ``last``)."""
+    lo = hi * 0
+    for _ in range(STEPS):
+        act = lo < hi
+        mid = (lo + hi) // 2
+        good = act & ((px + tl.gather(xs, tl.minimum(mid, last), 0)) - c >= floor)
+        lo = tl.where(good, mid + 1, lo)
+        hi = tl.where(act & ~good, mid, hi)
+    return lo
+
+
+@triton.jit
+def _offsets_reached(offs, k, n, last, steps):
+    """How many of the first ``n`` (ascending) ``offs`` are <= ``k``, by binary search in ``steps``
+    halvings (positions clamped to ``last``): child k's parent is the one before."""
+    lo = k * 0
+    hi = lo + n
+    for _ in range(steps):
+        act = lo < hi
+        mid = (lo + hi) // 2
+        le = tl.gather(offs, tl.minimum(mid, last), 0) <= k
+        lo = tl.where(act & le, mid + 1, lo)
+        hi = tl.where(act & ~le, mid, hi)
+    return lo
+
+
+@triton.jit
 def _narrow_counts(rx, rp, xw, c, floor, npar, B, KB, W: tl.constexpr, SEARCH_W: tl.constexpr):
     """Kept children of each parent of a one-warp tile (a prefix of its ranks, searched in the W
     best ranks ``xw``), and how many parents may keep W or more (the wide path's case)."""
     w = tl.arange(0, W)
     pj = w < npar
     hi = tl.where(pj, tl.minimum(B // tl.where(pj, rp, 1), KB), 0)
-    lo = hi * 0
-    top = tl.minimum(hi, W)
-    for _ in range(SEARCH_W):  # up to the first rank that falls under the floor
-        act = lo < top
-        mid = (lo + top) // 2
-        good = act & ((rx + tl.gather(xw, tl.minimum(mid, W - 1), 0)) - c >= floor)
-        lo = tl.where(good, mid + 1, lo)
-        top = tl.where(act & ~good, mid, top)
+    lo = _kept_prefix(rx, tl.minimum(hi, W), xw, W - 1, c, floor, SEARCH_W)
     return lo, tl.sum(((lo == W) & (hi > W)).to(tl.int32), 0)
 
 
@@ -274,15 +297,7 @@ def _narrow_children(rx, rp, rl, rb, xw, cnt, npar, total, W: tl.constexpr, SEAR
     computed as the wide path does."""
     w = tl.arange(0, W)
     offs = tl.cumsum(cnt, 0) - cnt
-    lo = w * 0  # child k's parent: the last one whose offset is <= k
-    hi = lo + npar
-    for _ in range(SEARCH_W):
-        act = lo < hi
-        mid = (lo + hi) // 2
-        le = tl.gather(offs, tl.minimum(mid, W - 1), 0) <= w
-        lo = tl.where(act & le, mid + 1, lo)
-        hi = tl.where(act & ~le, mid, hi)
-    j = tl.maximum(lo - 1, 0)
+    j = tl.maximum(_offsets_reached(offs, w, npar, W - 1, SEARCH_W) - 1, 0)
     r = tl.where(w < total, w - tl.gather(offs, j, 0), 0)
     cx = tl.gather(rx, j, 0) + tl.gather(xw, tl.minimum(r, W - 1), 0)
     code, clen = _rank_code(r.to(tl.int64) + 1)
@@ -416,13 +431,7 @@ def enum_kernel(  # noqa: C901, PLR0912, PLR0915 - one fused launch builds the w
                     pat = pool + par0 + j0 + q
                     pcx = tl.load(px_ptr + pat, mask=pj, other=0.0)
                     hi = tl.minimum(B // tl.load(pp_ptr + pat, mask=pj, other=B + 1), KB)
-                    lo = hi * 0
-                    for _ in range(SEARCH_K):  # up to the first rank that falls under the floor
-                        act = lo < hi
-                        mid = (lo + hi) // 2
-                        good = act & ((pcx + tl.gather(xrow, tl.minimum(mid, KB - 1), 0)) - c >= floor)
-                        lo = tl.where(good, mid + 1, lo)
-                        hi = tl.where(act & ~good, mid, hi)
+                    lo = _kept_prefix(pcx, hi, xrow, KB - 1, c, floor, SEARCH_K)
                     offs = total + tl.cumsum(lo, 0) - lo
                     tl.store(off_ptr + pool + j0 + q, offs, mask=pj)
                     total += tl.sum(lo, 0)
@@ -439,12 +448,7 @@ def enum_kernel(  # noqa: C901, PLR0912, PLR0915 - one fused launch builds the w
                         lo = q * 0  # child k's parent: the last one whose offset is <= k
                         hi = lo + npar
                         if npar <= CH:  # offsets still in registers
-                            for _ in range(steps):
-                                act = lo < hi
-                                mid = (lo + hi) // 2
-                                le = tl.gather(offs, tl.minimum(mid, CH - 1), 0) <= k
-                                lo = tl.where(act & le, mid + 1, lo)
-                                hi = tl.where(act & ~le, mid, hi)
+                            lo = _offsets_reached(offs, k, npar, CH - 1, steps)
                             start = tl.gather(offs, tl.maximum(lo - 1, 0), 0)
                         else:
                             for _ in range(steps):
