@@ -65,6 +65,10 @@ def _inputs() -> list[dict]:
         {"x": make_logits(kind, rows, vocab, dtype, k=k, seed=i), "k": k, "config": config}
         for i, (_, kind, rows, vocab, k, dtype, config) in enumerate(CASES)
     ]
+    for split_rows in (0, 64):  # both selects, launched twice on one set of buffers (as graph replays are)
+        tied = make_logits("tied", 3, 2000, torch.bfloat16, k=16, seed=7)
+        cases.append({"x": tied, "then": make_logits("peaked", 3, 2000, torch.bfloat16, k=16, seed=8), "k": 16,
+                      "config": {"split_rows": split_rows}})
     whole = make_logits("random", 4, 3000, torch.bfloat16, seed=99).view(2, 2, 3000)
     cases += [{"x": whole[..., lo:hi], "k": 9, "id_offset": lo} for lo, hi in SHARDS]
     return cases
@@ -94,10 +98,21 @@ class TestInterpreted:
         inputs, outputs = interpreted
         assert_exact(inputs[index]["x"], inputs[index]["k"], outputs[index])
 
+    def test_second_launch_on_the_same_buffers_is_exact(self, interpreted):
+        """Both selects (one launch per row; split) give the second input's exact top-K when launched
+        again on the same buffers (a tied row first, so the split select's counters were used)."""
+        inputs, outputs = interpreted
+        reused = [(c, o) for c, o in zip(inputs, outputs, strict=True) if "then" in c]
+        assert [c["config"]["split_rows"] for c, _ in reused] == [0, 64]
+        for case, out in reused:
+            assert_exact(case["then"], case["k"], out)
+
     def test_shards_carry_global_ids(self, interpreted):
         """Vocab-shard views with an id offset give the shard's exact top-K with global ids."""
         inputs, outputs = interpreted
-        for case, out in zip(inputs[len(CASES):], outputs[len(CASES):], strict=True):
+        shards = [(c, o) for c, o in zip(inputs, outputs, strict=True) if "id_offset" in c]
+        assert len(shards) == len(SHARDS)
+        for case, out in shards:
             assert out[0].shape == (2, 2, 9) and out[2].shape == (2, 2)
             assert_exact(case["x"], 9, out, case["id_offset"])
 

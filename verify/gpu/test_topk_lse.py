@@ -69,18 +69,21 @@ def test_leading_dims_and_strided_rows():
     assert_exact(xt, 64, topk_lse(xt, 64))
 
 
-def test_cuda_graph_replay_equals_eager():
-    """Captured once, replayed on new logits in the same buffer, it equals an eager call."""
+@pytest.mark.parametrize("split_rows", [0, 1 << 30], ids=["one-select", "split-select"])
+def test_cuda_graph_replay_equals_eager(split_rows):
+    """Captured once, replayed on new logits in the same buffer, it equals an eager call (with
+    either select: the split one keeps per-row counters that every call resets)."""
+    config = TopKConfig(split_rows=split_rows)
     static = make_logits("random", 120, 163840, torch.bfloat16, seed=11).cuda()
-    topk_lse(static, 256)  # compile outside the capture
+    topk_lse(static, 256, config=config)  # compile outside the capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        outs = topk_lse(static, 256)
+        outs = topk_lse(static, 256, config=config)
     for seed, kind in ((12, "peaked"), (13, "tied")):
         static.copy_(make_logits(kind, 120, 163840, torch.bfloat16, k=256, seed=seed).cuda())
         graph.replay()
-        for a, b in zip(outs, topk_lse(static, 256), strict=True):
+        for a, b in zip(outs, topk_lse(static, 256, config=config), strict=True):
             assert torch.equal(a, b)
 
 
