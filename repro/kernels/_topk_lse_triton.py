@@ -77,9 +77,14 @@ def _merge_desc(a, b, K_P: tl.constexpr):
     return out
 
 
-@triton.jit
-def _stream_split(x_ptr, stride_row, V, M, chunk, S, gkey_ptr, part_ptr, r, p, TG: tl.constexpr, G: tl.constexpr):
-    """Split ``p`` of row ``r``: 16-bit order key of every group maximum, and the split's (max, sumexp)."""
+@triton.jit(do_not_specialize=["S"])  # S changes with the row count; chunk stays a multiple of the tile
+def stream_kernel(
+    x_ptr, stride_row, V, M, chunk, S, gkey_ptr, part_ptr,
+    TG: tl.constexpr, G: tl.constexpr,
+):
+    """Per (row, split): 16-bit order key of every group maximum, and the split's (max, sumexp)."""
+    r = tl.program_id(0).to(tl.int64)
+    p = tl.program_id(1)
     row = x_ptr + r * stride_row
     g_ar = tl.arange(0, TG)
     e_ar = tl.arange(0, G)
@@ -106,15 +111,6 @@ def _stream_split(x_ptr, stride_row, V, M, chunk, S, gkey_ptr, part_ptr, r, p, T
     tl.store(part_ptr + (r * S + p) * 2, m)
     tl.store(part_ptr + (r * S + p) * 2 + 1, s)
 
-
-@triton.jit(do_not_specialize=["S"])  # S changes with the row count; chunk stays a multiple of the tile
-def stream_kernel(
-    x_ptr, stride_row, V, M, chunk, S, gkey_ptr, part_ptr,
-    TG: tl.constexpr, G: tl.constexpr,
-):
-    """Per (row, split): :func:`_stream_split`."""
-    _stream_split(x_ptr, stride_row, V, M, chunk, S, gkey_ptr, part_ptr,
-                  tl.program_id(0).to(tl.int64), tl.program_id(1), TG, G)
 
 
 @triton.jit
@@ -313,14 +309,15 @@ def _top_keys(row, V, K, tb, cand_row, ncand, K_P: tl.constexpr, CAP: tl.constex
     return state
 
 
-@triton.jit
-def _select_row(
-    x_ptr, stride_row, V, M, S, K, id_offset, r,
+@triton.jit(do_not_specialize=["S"])
+def select_kernel(
+    x_ptr, stride_row, V, M, S, K, id_offset,
     gkey_ptr, part_ptr, gidx_ptr, cand_ptr, val_ptr, id_ptr, lse_ptr,
     MB: tl.constexpr, MT: tl.constexpr, G: tl.constexpr, GT: tl.constexpr,
     K_P: tl.constexpr, CAP: tl.constexpr, UNROLL: tl.constexpr, SP: tl.constexpr, R: tl.constexpr,
 ):
-    """Row ``r``: logsumexp, then the exact top-K (value desc, id asc) from the few candidates."""
+    """Per row: logsumexp, then the exact top-K (value desc, id asc) from the few candidates."""
+    r = tl.program_id(0).to(tl.int64)
     row = x_ptr + r * stride_row
     gk_row = gkey_ptr + r * M
     tb, u0, u1 = _lse_and_threshold(gk_row, part_ptr + r * S * 2, lse_ptr + r, M, S, K, MB, MT, R, UNROLL, SP)
@@ -336,19 +333,6 @@ def _select_row(
     o = tl.arange(0, K_P)
     tl.store(val_ptr + r * K + o, val, mask=o < K)
     tl.store(id_ptr + r * K + o, ids, mask=o < K)
-
-
-@triton.jit(do_not_specialize=["S"])
-def select_kernel(
-    x_ptr, stride_row, V, M, S, K, id_offset,
-    gkey_ptr, part_ptr, gidx_ptr, cand_ptr, val_ptr, id_ptr, lse_ptr,
-    MB: tl.constexpr, MT: tl.constexpr, G: tl.constexpr, GT: tl.constexpr,
-    K_P: tl.constexpr, CAP: tl.constexpr, UNROLL: tl.constexpr, SP: tl.constexpr, R: tl.constexpr,
-):
-    """Per row: :func:`_select_row`, after ``stream_kernel`` has run."""
-    _select_row(x_ptr, stride_row, V, M, S, K, id_offset, tl.program_id(0).to(tl.int64),
-                gkey_ptr, part_ptr, gidx_ptr, cand_ptr, val_ptr, id_ptr, lse_ptr,
-                MB, MT, G, GT, K_P, CAP, UNROLL, SP, R)
 
 
 @triton.jit(do_not_specialize=["S"])
