@@ -80,7 +80,8 @@ def _check(args: argparse.Namespace) -> int:
             failures += 1
             continue
         inputs, stored = goldenset.load_case(args.dir, entry)
-        bad = {p: goldenset.mismatches(stored, goldenset.derive(inputs, spec.budget, p, args.device))
+        bad = {p: goldenset.mismatches(stored, goldenset.derive(inputs, spec.budget, p, args.device),
+                                       score_atol=goldenset.SCORE_ATOL)
                for p in ("batched", "reference")}
         if any(bad.values()):
             print(f"FAIL {spec.name}: " + "; ".join(f"{p} differs on {b}" for p, b in bad.items() if b))

@@ -88,12 +88,16 @@ def topk_kernel_sizes(rows: int, vocab: int, k: int, config, arch: int = 90) -> 
     p = make_plan(rows, vocab, k, config)
     values = {"stride_row": vocab, "V": vocab, "M": p.groups, "chunk": p.chunk, "S": p.splits, "K": k, "id_offset": 0}
     select = {"MB": p.scan_block, "MT": p.scan_tail, "G": p.group, "GT": p.gather_groups, "K_P": p.k_pow2,
-              "CAP": p.cap, "UNROLL": p.bisect_unroll, "SP": p.lse_block, "R": p.super_keys}
-    stream = _compile(kern.stream_kernel, {"TG": p.tile // p.group, "G": p.group}, values, p.stream_warps, arch)
+              "CAP": p.cap, "UNROLL": p.bisect_unroll, "SP": p.lse_block, "R": p.super_keys,
+              "PF": config.l2_prefetch, "KEY32": p.key32, "PDL": config.pdl}
+    stream = _compile(kern.stream_kernel, {"TG": p.tile // p.group, "G": p.group, "AHEAD": config.stream_ahead,
+                                           "PDL": config.pdl},
+                      values, p.stream_warps, arch)
     if p.split_select:
-        thresh = _compile(kern.threshold_kernel, {k: select[k] for k in ("MB", "MT", "R", "CAP", "UNROLL", "SP")},
+        thresh = _compile(kern.threshold_kernel,
+                          {k: select[k] for k in ("MB", "MT", "R", "G", "CAP", "UNROLL", "SP", "PF", "PDL")},
                           values, p.select_warps, arch)
-        gather = _compile(kern.gather_kernel, {k: select[k] for k in ("G", "GT", "K_P", "CAP")}, values,
+        gather = _compile(kern.gather_kernel, {k: select[k] for k in ("G", "GT", "K_P", "CAP", "PDL")}, values,
                           p.select_warps, arch, p.select_maxnreg)
         return {"stream_kernel": cubin_size(stream), "threshold_kernel": cubin_size(thresh),
                 "gather_kernel": cubin_size(gather)}
@@ -111,9 +115,11 @@ def tree_kernel_size(budget: int, horizon: int = 15, num_warps: int = 8, arch: i
 
     values = {"KT": budget, "L": horizon, "KB": budget, "D": min(horizon, budget), "B": budget}
     return {
-        "enum_kernel": cubin_size(_compile(kern.enum_kernel, enum_kernel_constants(budget), values, num_warps, arch)),
-        "tree_kernel": cubin_size(_compile(kern.tree_kernel, tree_kernel_constants(budget, horizon), values, num_warps, arch)),
-        "verify_kernel": cubin_size(_compile(kern.verify_kernel, verify_kernel_constants(32, budget, 4),
+        "enum_kernel": cubin_size(_compile(kern.enum_kernel, {**enum_kernel_constants(budget), "PDL": True}, values,
+                                           num_warps, arch)),
+        "tree_kernel": cubin_size(_compile(kern.tree_kernel, {**tree_kernel_constants(budget, horizon), "PDL": True},
+                                           values, num_warps, arch)),
+        "verify_kernel": cubin_size(_compile(kern.verify_kernel, {**verify_kernel_constants(32, budget, 4), "PDL": True},
                                              {"D": min(horizon, budget), "pad_token": 0}, 4, arch)),
     }
 
