@@ -26,8 +26,6 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from repro.kernels._launch_order_triton import pdl_enter
-
 INTERPRET: bool = bool(triton.knobs.runtime.interpret)
 
 LOG2E = tl.constexpr(1.4426950408889634)
@@ -103,13 +101,12 @@ def _merge_desc(a, b, K_P: tl.constexpr):
 @triton.jit(do_not_specialize=["S"])  # S changes with the row count; chunk stays a multiple of the tile
 def stream_kernel(
     x_ptr, stride_row, V, M, chunk, S, gkey_ptr, part_ptr,
-    TG: tl.constexpr, G: tl.constexpr, AHEAD: tl.constexpr, PDL: tl.constexpr,
+    TG: tl.constexpr, G: tl.constexpr, AHEAD: tl.constexpr,
 ):
     """Per (row, split): 16-bit order key of every group maximum, and the split's (max, sumexp).
 
     ``AHEAD``: each step issues the next tile's load before reducing its own (two tiles in flight
     per program: the stream is bound by bytes in flight, not by arithmetic)."""
-    pdl_enter(PDL)
     r = tl.program_id(0).to(tl.int64)
     p = tl.program_id(1)
     row = x_ptr + r * stride_row
@@ -360,10 +357,9 @@ def select_kernel(
     gkey_ptr, part_ptr, gidx_ptr, cand_ptr, val_ptr, id_ptr, lse_ptr,
     MB: tl.constexpr, MT: tl.constexpr, G: tl.constexpr, GT: tl.constexpr,
     K_P: tl.constexpr, CAP: tl.constexpr, UNROLL: tl.constexpr, SP: tl.constexpr, R: tl.constexpr,
-    PF: tl.constexpr, KEY32: tl.constexpr, PDL: tl.constexpr,
+    PF: tl.constexpr, KEY32: tl.constexpr,
 ):
     """Per row: logsumexp, then the exact top-K (value desc, id asc) from the few candidates."""
-    pdl_enter(PDL)
     r = tl.program_id(0).to(tl.int64)
     row = x_ptr + r * stride_row
     gk_row = gkey_ptr + r * M
@@ -395,11 +391,10 @@ def select_kernel(
 def threshold_kernel(
     x_ptr, stride_row, V, M, S, K, gkey_ptr, part_ptr, gidx_ptr, state_ptr, lse_ptr,
     MB: tl.constexpr, MT: tl.constexpr, R: tl.constexpr, G: tl.constexpr, CAP: tl.constexpr, UNROLL: tl.constexpr,
-    SP: tl.constexpr, PF: tl.constexpr, PDL: tl.constexpr,
+    SP: tl.constexpr, PF: tl.constexpr,
 ):
     """Per row, the first half of the select: logsumexp, the threshold ``tb`` and the list of the
     groups that reach it; ``state_ptr[r]`` = (tb, groups listed, 0, 0) for ``gather_kernel``."""
-    pdl_enter(PDL)
     r = tl.program_id(0).to(tl.int64)
     gk_row = gkey_ptr + r * M
     tb, u0, u1 = _lse_and_threshold(gk_row, part_ptr + r * S * 2, lse_ptr + r, M, S, K, MB, MT, R, UNROLL, SP)
@@ -411,7 +406,7 @@ def threshold_kernel(
 @triton.jit
 def gather_kernel(
     x_ptr, stride_row, V, K, id_offset, gidx_ptr, state_ptr, cand_ptr, val_ptr, id_ptr,
-    G: tl.constexpr, GT: tl.constexpr, K_P: tl.constexpr, CAP: tl.constexpr, PDL: tl.constexpr,
+    G: tl.constexpr, GT: tl.constexpr, K_P: tl.constexpr, CAP: tl.constexpr,
 ):
     """Per (row, slice of ``GT`` listed groups), the second half: the tokens of these groups that
     reach ``tb`` go to the row's candidate buffer (slots reserved with one atomic; their order
@@ -422,7 +417,6 @@ def gather_kernel(
     groups instead of a loop over every listed group. Ordering as in a split-K semaphore: a
     barrier, then one gpu-scope acq_rel atomic per program; the last reads the buffer from L2.
     """
-    pdl_enter(PDL)
     r = tl.program_id(0).to(tl.int64)
     p = tl.program_id(1)
     row = x_ptr + r * stride_row

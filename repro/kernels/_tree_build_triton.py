@@ -3,8 +3,6 @@
 import triton
 import triton.language as tl
 
-from repro.kernels._launch_order_triton import pdl_enter
-
 INT64_MAX = tl.constexpr(9223372036854775807)
 
 @triton.jit
@@ -113,7 +111,7 @@ def tree_kernel(  # noqa: PLR0915 - one fused launch builds the whole tree
     cs_ptr, cl_ptr, ci_ptr, flag_ptr,
     tokens_ptr, parents_ptr, depths_ptr, scores_ptr, nodes_ptr,
     KT, L, KB, D, B,
-    FP: tl.constexpr, LOG_F: tl.constexpr, LOG_P: tl.constexpr, LOG_U: tl.constexpr, PDL: tl.constexpr,
+    FP: tl.constexpr, LOG_F: tl.constexpr, LOG_P: tl.constexpr, LOG_U: tl.constexpr,
 ):
     """One request's tree, if ``flag_ptr[b]`` asks for it (the requests ``enum_kernel`` handed
     over): per-depth best-FP frontiers in scratch, merged into the best B so far.
@@ -123,7 +121,6 @@ def tree_kernel(  # noqa: PLR0915 - one fused launch builds the whole tree
     with few survivors sorts FP compacted entries instead of every pair, and the first depth with
     none ends the search. Kept entries keep the positions the full frontier gives them.
     """
-    pdl_enter(PDL)
     b = tl.program_id(0)
     if tl.load(flag_ptr + b) == 0:
         return
@@ -331,7 +328,7 @@ def enum_kernel(  # noqa: C901, PLR0912, PLR0915 - one fused launch builds the w
     tokens_ptr, parents_ptr, depths_ptr, scores_ptr, nodes_ptr,
     KT, L, KB, D, B,
     CH: tl.constexpr, CAP: tl.constexpr, LOG_F: tl.constexpr, NB: tl.constexpr,
-    SEARCH_K: tl.constexpr, W: tl.constexpr, SEARCH_W: tl.constexpr, PDL: tl.constexpr,
+    SEARCH_K: tl.constexpr, W: tl.constexpr, SEARCH_W: tl.constexpr,
 ):
     """One request's tree by enumeration above a floor: no per-depth sort (needs KB = B).
 
@@ -351,7 +348,6 @@ def enum_kernel(  # noqa: C901, PLR0912, PLR0915 - one fused launch builds the w
     while a depth runs. F is re-read only after B / 8 new nodes (and once at the end): a stale F
     is lower, so it only keeps more nodes and stays exact.
     """
-    pdl_enter(PDL)
     b = tl.program_id(0)
     lrow = logits_ptr + b * L * KT
     pool = b * CAP
@@ -581,13 +577,11 @@ def verify_kernel(
     tokens_ptr, parents_ptr, depths_ptr, lens_ptr, bs, lens_sum, D, pad_token,
     ids_out, pos_out, anc_out, full_out, index_out, first_out, sibling_out,
     N: tl.constexpr, BS_P: tl.constexpr, RB: tl.constexpr, CW: tl.constexpr, FILL: tl.constexpr,
-    PDL: tl.constexpr,
 ):
     """Every verify tensor of one request's rows [t*RB, (t+1)*RB) into uninitialised outputs: ids,
     positions, pointers, ancestor-mask rows and FULL-mask rows, plus a 1/(bs*T) share of the FULL
     mask's True tail (T programs per request). Each byte has one owning program, so programs never
     wait on each other; within a program, zeros are written before the ancestor ones."""
-    pdl_enter(PDL)
     b = tl.program_id(0)
     t = tl.program_id(1)
     r = t * RB + tl.arange(0, RB)

@@ -22,8 +22,6 @@ from collections.abc import Callable
 
 import torch
 
-from repro.kernels.launch_order import pdl_supported
-
 MAX_K = 1024
 """Largest supported k (the candidate sort holds 2 * next_pow2(k) int64 keys per row)."""
 
@@ -70,7 +68,6 @@ class TopKConfig:
     # H200, us at bs 1/8/32/64 (15/120/480/960 rows): split 18.5/39.1/92.4/177.2, one launch 20.3/32.6/81.6/156.9
     stream_ahead: bool = True  # each stream step loads the next tile before reducing its own (two in flight)
     l2_prefetch: bool = True  # the select asks L2 for the listed groups' tokens before gathering them (CUDA only)
-    pdl: bool = True  # launch with programmatic dependent launch where the GPU has it (launch_order.py)
     key32: bool = True  # bf16 rows: the one-launch select sorts 32-bit keys (value key, slot) and looks ids up
     scan_tail: bool = True  # hold the M group keys as a pow2_floor(M) head and a pow2_ceil(rest) tail, not one
     # pow2_ceil(M) tile (less padding to count over; M 5120: 4096 + 1024 not 8192), when that fits in scan_block;
@@ -242,8 +239,6 @@ def prepare(
     cfg = config or TopKConfig()
     p = make_plan(x2.shape[0], vocab, k, cfg, x.dtype)
     prefetch = cfg.l2_prefetch and not kern.INTERPRET  # inline PTX: not in the interpreter
-    pdl = cfg.pdl and pdl_supported(x.device)
-    order = {"PDL": pdl, "launch_pdl": pdl}
     dev = x.device
     logits = torch.empty((p.rows, k), dtype=torch.float32, device=dev)
     ids = torch.empty((p.rows, k), dtype=torch.int64, device=dev)
@@ -255,13 +250,13 @@ def prepare(
 
     select_consts = {"MB": p.scan_block, "MT": p.scan_tail, "G": p.group, "GT": p.gather_groups, "K_P": p.k_pow2,
                      "CAP": p.cap, "UNROLL": p.bisect_unroll, "SP": p.lse_block, "R": p.super_keys,
-                     "PF": prefetch, "KEY32": p.key32, **order}
+                     "PF": prefetch, "KEY32": p.key32}
 
     def launch_stream() -> None:
         if p.rows:
             kern.stream_kernel[(p.rows, p.splits)](
                 x2, x2.stride(0), vocab, p.groups, p.chunk, p.splits, gkeys, parts,
-                TG=p.tile // p.group, G=p.group, AHEAD=cfg.stream_ahead, num_warps=p.stream_warps, **order,
+                TG=p.tile // p.group, G=p.group, AHEAD=cfg.stream_ahead, num_warps=p.stream_warps,
             )
 
     state = torch.empty((p.rows, 4), dtype=torch.int32, device=dev) if p.split_select else None
@@ -271,11 +266,11 @@ def prepare(
             kern.threshold_kernel[(p.rows,)](
                 x2, x2.stride(0), vocab, p.groups, p.splits, k, gkeys, parts, gidx, state, lse,
                 MB=p.scan_block, MT=p.scan_tail, R=p.super_keys, G=p.group, CAP=p.cap, UNROLL=p.bisect_unroll,
-                SP=p.lse_block, PF=prefetch, num_warps=p.select_warps, **order,
+                SP=p.lse_block, PF=prefetch, num_warps=p.select_warps,
             )
             kern.gather_kernel[(p.rows, -(-p.cap // p.gather_groups))](
                 x2, x2.stride(0), vocab, k, id_offset, gidx, state, cand, logits, ids,
-                G=p.group, GT=p.gather_groups, K_P=p.k_pow2, CAP=p.cap, num_warps=p.select_warps, **order,
+                G=p.group, GT=p.gather_groups, K_P=p.k_pow2, CAP=p.cap, num_warps=p.select_warps,
                 **({"maxnreg": p.select_maxnreg} if p.select_maxnreg else {}),
             )
 

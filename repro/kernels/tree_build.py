@@ -33,7 +33,6 @@ import torch
 
 from repro.ddtree.tree import _check_code_room, _check_topk, _pairs, _pairs_host, _root_column, _root_only
 from repro.ddtree.types import DraftTree, TopK, VerifyTensors
-from repro.kernels.launch_order import pdl_supported
 
 MAX_BUDGET = 256
 """Largest budget the fused kernel takes: its candidate sort holds next_pow2(B ln B) entries
@@ -131,15 +130,14 @@ def enum_kernel_constants(budget: int) -> dict[str, int]:
 
 
 def build_trees_fused(
-    topk: TopK, budget: int, root_tokens: torch.Tensor | None = None, num_warps: int = 8, *, pdl: bool = True,
+    topk: TopK, budget: int, root_tokens: torch.Tensor | None = None, num_warps: int = 8,
 ) -> DraftTree:
-    """``build_trees_from_topk`` in two Triton launches (budget <= MAX_BUDGET); same results.
-    ``pdl``: launch them with programmatic dependent launch where the GPU has it (launch_order.py)."""
-    return build_trees_fused_flagged(topk, budget, root_tokens, num_warps, pdl=pdl)[0]
+    """``build_trees_from_topk`` in two Triton launches (budget <= MAX_BUDGET); same results."""
+    return build_trees_fused_flagged(topk, budget, root_tokens, num_warps)[0]
 
 
 def build_trees_fused_flagged(
-    topk: TopK, budget: int, root_tokens: torch.Tensor | None = None, num_warps: int = 8, *, pdl: bool = True,
+    topk: TopK, budget: int, root_tokens: torch.Tensor | None = None, num_warps: int = 8,
 ) -> tuple[DraftTree, torch.Tensor | None]:
     """``build_trees_fused`` and which requests the frontier kernel built (``[bs]`` int32,
     non-zero: flagged; None when only the frontier kernel ran, budget 0 or V < B)."""
@@ -149,7 +147,6 @@ def build_trees_fused_flagged(
         msg = f"build_trees_fused takes budget <= {MAX_BUDGET} (got {budget}); use build_trees_from_topk"
         raise ValueError(msg)
     dev = topk.ids.device
-    pdl = pdl and pdl_supported(dev)
     roots = _root_column(root_tokens, bs, dev)
     if budget == 0:
         return _root_only(roots, horizon, has_root=root_tokens is not None), None
@@ -184,13 +181,12 @@ def build_trees_fused_flagged(
         _enum_kernel()[(bs,)](
             logits, ids, lse, roots, *pool, torch.empty(bs * cap, **i32), torch.empty(bs * s, **i32),
             torch.empty(bs * cap, **i32), torch.empty(bs * ENUM_BINS, **i32), flags, *outputs, **e,
-            PDL=pdl, num_warps=num_warps, launch_pdl=pdl,
+            num_warps=num_warps,
         )
     else:
         flags = torch.ones(bs, **i32)
     _kernel()[(bs,)](
-        logits, ids, lse, roots, slot, rank, n_pairs, *scratch, flags, *outputs, **sizes, PDL=pdl,
-        num_warps=num_warps, launch_pdl=pdl,
+        logits, ids, lse, roots, slot, rank, n_pairs, *scratch, flags, *outputs, **sizes, num_warps=num_warps,
     )
     tree = DraftTree(tokens, parents, depths, nodes, scores, budget, horizon, root_tokens is not None)
     return tree, flags if enum else None
@@ -208,12 +204,11 @@ def verify_kernel_constants(bs: int, budget: int, num_warps: int) -> dict[str, i
 
 
 def verify_tensors_fused(
-    tree: DraftTree, prefix_lens: torch.Tensor, prefix_lens_sum: int, pad_token: int = 0, num_warps: int = 4,
-    *, pdl: bool = True,
+    tree: DraftTree, prefix_lens: torch.Tensor, prefix_lens_sum: int, pad_token: int = 0, num_warps: int = 4
 ) -> VerifyTensors:
     """``repro.ddtree.verify_tensors`` in one Triton launch that writes every byte of every output
     (no memset); same tensors and layouts, and the same contract for ``prefix_lens_sum`` (an upper
-    bound leaves a True tail). ``pdl`` as in :func:`build_trees_fused`."""
+    bound leaves a True tail)."""
     if not tree.has_root:
         msg = "verify_tensors needs a tree built with root_tokens (got a tree without roots)"
         raise ValueError(msg)
@@ -227,8 +222,7 @@ def verify_tensors_fused(
     _verify_kernel()[(bs, -(-n // VERIFY_ROWS_PER_PROGRAM))](
         tree.tokens.contiguous(), tree.parents.contiguous(), tree.depths.contiguous(), lens, bs, prefix_lens_sum,
         min(tree.horizon, tree.budget), pad_token, ids, pos, anc, full, index, first, sibling,
-        **verify_kernel_constants(bs, tree.budget, num_warps), PDL=pdl and pdl_supported(dev), num_warps=num_warps,
-        launch_pdl=pdl and pdl_supported(dev),
+        **verify_kernel_constants(bs, tree.budget, num_warps), num_warps=num_warps,
     )
     view = lambda t: t.view(bs, n)  # noqa: E731
     return VerifyTensors(ids, pos, anc, full, view(index), view(first), view(sibling))

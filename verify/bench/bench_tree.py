@@ -9,8 +9,7 @@ For each (bs, B) at L = 15 and V = 163840 (Kimi's vocabulary) with bf16 drafter 
 - batched eager: ``topk_logprobs`` + ``build_trees_from_topk`` + ``verify_tensors``, CUDA events;
 - batched graph: the same captured once in a CUDA graph and replayed;
 - fused (GPU, B <= 256): Triton top-K + lse, the one-launch tree kernel and the one-launch verify
-  tensor kernel, in a graph; the whole also with every kernel launched without programmatic
-  dependent launch (``fused_whole_nopdl_graph_us``);
+  tensor kernel, in a graph;
 plus the split of the batched path into top-K / tree / verify tensors. All in one run, so the
 ratios are side by side. Absolute times are only meaningful on the GPU.
 """
@@ -136,14 +135,14 @@ def bench_one(bs: int, horizon: int, vocab: int, budget: int, iters: int, device
 def _fused(logits, topk, tree, roots, lens, lens_sum, budget, k, iters, tree_warps=()) -> dict:
     """Timings of the GPU-resident path: fused top-K + lse, fused tree, fused verify tensors; and
     the tree kernel alone at each other warp count of ``tree_warps``."""
-    from repro.kernels.topk_lse import TopKConfig, topk_lse
+    from repro.kernels.topk_lse import topk_lse
 
-    def fused_topk(*, pdl: bool = True) -> TopK:
-        vals, ids, lse = topk_lse(logits, k, config=TopKConfig(pdl=pdl))
+    def fused_topk() -> TopK:
+        vals, ids, lse = topk_lse(logits, k)
         return TopK(vals, ids, lse, logits.shape[-1])
 
-    def whole(*, pdl: bool = True) -> None:
-        verify_tensors_fused(build_trees_fused(fused_topk(pdl=pdl), budget, roots, pdl=pdl), lens, lens_sum, pdl=pdl)
+    def whole() -> None:
+        verify_tensors_fused(build_trees_fused(fused_topk(), budget, roots), lens, lens_sum)
 
     _tree, flags = build_trees_fused_flagged(topk, budget, roots)
     return {
@@ -152,7 +151,6 @@ def _fused(logits, topk, tree, roots, lens, lens_sum, budget, k, iters, tree_war
         "fused_tree_graph_us": time_graph(lambda: build_trees_fused(topk, budget, roots), iters),
         "fused_verify_graph_us": time_graph(lambda: verify_tensors_fused(tree, lens, lens_sum), iters),
         "fused_whole_graph_us": time_graph(whole, iters),
-        "fused_whole_nopdl_graph_us": time_graph(lambda: whole(pdl=False), iters),
         "fused_whole_eager_us": time_events(whole, iters),
         **{f"fused_tree_warps{w}_graph_us": time_graph(lambda w=w: build_trees_fused(topk, budget, roots, num_warps=w), iters)
            for w in tree_warps},

@@ -89,15 +89,14 @@ def topk_kernel_sizes(rows: int, vocab: int, k: int, config, arch: int = 90) -> 
     values = {"stride_row": vocab, "V": vocab, "M": p.groups, "chunk": p.chunk, "S": p.splits, "K": k, "id_offset": 0}
     select = {"MB": p.scan_block, "MT": p.scan_tail, "G": p.group, "GT": p.gather_groups, "K_P": p.k_pow2,
               "CAP": p.cap, "UNROLL": p.bisect_unroll, "SP": p.lse_block, "R": p.super_keys,
-              "PF": config.l2_prefetch, "KEY32": p.key32, "PDL": config.pdl}
-    stream = _compile(kern.stream_kernel, {"TG": p.tile // p.group, "G": p.group, "AHEAD": config.stream_ahead,
-                                           "PDL": config.pdl},
+              "PF": config.l2_prefetch, "KEY32": p.key32}
+    stream = _compile(kern.stream_kernel, {"TG": p.tile // p.group, "G": p.group, "AHEAD": config.stream_ahead},
                       values, p.stream_warps, arch)
     if p.split_select:
         thresh = _compile(kern.threshold_kernel,
-                          {k: select[k] for k in ("MB", "MT", "R", "G", "CAP", "UNROLL", "SP", "PF", "PDL")},
+                          {k: select[k] for k in ("MB", "MT", "R", "G", "CAP", "UNROLL", "SP", "PF")},
                           values, p.select_warps, arch)
-        gather = _compile(kern.gather_kernel, {k: select[k] for k in ("G", "GT", "K_P", "CAP", "PDL")}, values,
+        gather = _compile(kern.gather_kernel, {k: select[k] for k in ("G", "GT", "K_P", "CAP")}, values,
                           p.select_warps, arch, p.select_maxnreg)
         return {"stream_kernel": cubin_size(stream), "threshold_kernel": cubin_size(thresh),
                 "gather_kernel": cubin_size(gather)}
@@ -115,11 +114,9 @@ def tree_kernel_size(budget: int, horizon: int = 15, num_warps: int = 8, arch: i
 
     values = {"KT": budget, "L": horizon, "KB": budget, "D": min(horizon, budget), "B": budget}
     return {
-        "enum_kernel": cubin_size(_compile(kern.enum_kernel, {**enum_kernel_constants(budget), "PDL": True}, values,
-                                           num_warps, arch)),
-        "tree_kernel": cubin_size(_compile(kern.tree_kernel, {**tree_kernel_constants(budget, horizon), "PDL": True},
-                                           values, num_warps, arch)),
-        "verify_kernel": cubin_size(_compile(kern.verify_kernel, {**verify_kernel_constants(32, budget, 4), "PDL": True},
+        "enum_kernel": cubin_size(_compile(kern.enum_kernel, enum_kernel_constants(budget), values, num_warps, arch)),
+        "tree_kernel": cubin_size(_compile(kern.tree_kernel, tree_kernel_constants(budget, horizon), values, num_warps, arch)),
+        "verify_kernel": cubin_size(_compile(kern.verify_kernel, verify_kernel_constants(32, budget, 4),
                                              {"D": min(horizon, budget), "pad_token": 0}, 4, arch)),
     }
 

@@ -25,7 +25,7 @@ CONFIGS = [
     TopKConfig(scan_tail=False),
     TopKConfig(split_rows=0),
     TopKConfig(split_rows=1 << 30),
-    TopKConfig(stream_ahead=False, l2_prefetch=False, key32=False, pdl=False),
+    TopKConfig(stream_ahead=False, l2_prefetch=False, key32=False),
 ]
 
 
