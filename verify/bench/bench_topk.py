@@ -20,10 +20,10 @@ fields on top of the best config so far, or the defaults for the stages left out
 ``keys`` (group size, scan block), ``tail`` (scan_tail off/on: the group keys in one padded
 tile, or a head and a tail tile), ``super`` (group keys per super key of the threshold search,
 with auto or 8 select warps), ``split`` (the select in one launch per row, or two: the
-threshold per row, then the gather over several programs per row), ``latency`` (none, all, and all
-but one of: the stream's next tile loaded ahead, the L2 prefetch of the listed groups, 32-bit sort
-keys). ``--adversarial`` adds rows for tie-heavy and sorted inputs
-(slow path). Every row records the config it ran.
+threshold per row, then the gather over several programs per row), ``latency`` (none; the stream's
+next tile loaded ahead; that and 32-bit sort keys, or the L2 prefetch of the listed groups; all).
+``--adversarial`` adds rows for tie-heavy and sorted inputs (slow path). Every row records the
+config it ran.
 """
 
 from __future__ import annotations
@@ -185,8 +185,10 @@ def sweep_stages() -> list[list[dict]]:
     tail = [{"scan_tail": t} for t in (False, True)]
     supers = [{"super_keys": r, "select_warps": w} for r in (1, 4, 8) for w in (0, 8)]
     split = [{"split_rows": r} for r in (0, 1 << 30)]
-    on = {"stream_ahead": True, "l2_prefetch": True, "key32": True}
-    latency = [dict.fromkeys(on, False), on, *({**on, name: False} for name in on)]
+    off = {"stream_ahead": False, "l2_prefetch": False, "key32": False}
+    ahead = {**off, "stream_ahead": True}
+    latency = [off, ahead, {**ahead, "key32": True}, {**ahead, "l2_prefetch": True},
+               {"stream_ahead": True, "l2_prefetch": True, "key32": True}]
     return [stream, select, keys, tail, supers, split, latency]
 
 
