@@ -30,7 +30,6 @@ INTERPRET: bool = bool(triton.knobs.runtime.interpret)
 
 LOG2E = tl.constexpr(1.4426950408889634)
 PAD = tl.constexpr(-(2**63))  # below the key of every finite or infinite float
-PAD32 = tl.constexpr(-(2**31))  # below every 32-bit key (its order key would be a negative NaN's)
 LOW32 = tl.constexpr(2**32 - 1)
 KEY_BIAS = tl.constexpr(32768)  # 16-bit order key + bias = unsigned bin in [0, 65536)
 
@@ -59,30 +58,10 @@ def _decode(key, id_offset):
 
 
 @triton.jit
-def _decode32(key, id_row, id_offset):
-    """Float32 value and global int64 token id of 32-bit candidate keys (bf16 rows): the high half
-    is the value's 16-bit order key, the low half 0xFFFF - the candidate's slot, ``id_row[slot]``
-    its local token id."""
-    tk = key >> 16
-    val = tl.where(tk < 0, (tk << 16) ^ 0x7FFF0000, tk << 16).to(tl.float32, bitcast=True)
-    slot = 0xFFFF - (key & 0xFFFF)
-    return val, tl.load(id_row + slot, mask=key != PAD32, other=0).to(tl.int64) + id_offset
-
-
-@triton.jit
-def _prefetch_l2(first, last, on):
-    """Ask L2 for the cache lines holding ``first`` and ``last`` where ``on`` (a hint: it returns
-    nothing useful and never faults). CUDA only: the interpreter cannot run inline PTX."""
-    return tl.inline_asm_elementwise(
-        "{ .reg .pred p; setp.ne.b32 p, $3, 0; @p prefetch.global.L2 [$1]; @p prefetch.global.L2 [$2]; mov.u32 $0, 0; }",
-        "=r,l,l,r", [first, last, on.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1)
-
-
-@triton.jit
 def _top_desc(keys, K_P: tl.constexpr):
     """The ``K_P`` largest keys, sorted descending (tl.topk cannot return a single key)."""
     if K_P == 1:
-        out = tl.zeros([1], keys.dtype) + tl.max(keys, axis=0)
+        out = tl.zeros([1], tl.int64) + tl.max(keys, axis=0)
     else:
         out = tl.topk(keys, K_P)
     return out
@@ -106,7 +85,7 @@ def stream_kernel(
     """Per (row, split): 16-bit order key of every group maximum, and the split's (max, sumexp).
 
     ``AHEAD``: each step issues the next tile's load before reducing its own (two tiles in flight
-    per program: the stream is bound by bytes in flight, not by arithmetic)."""
+    per program instead of one)."""
     r = tl.program_id(0).to(tl.int64)
     p = tl.program_id(1)
     row = x_ptr + r * stride_row
@@ -249,12 +228,9 @@ def _lse_and_threshold(gk_row, part_row, lse_at, M, S, K, MB: tl.constexpr, MT: 
 
 
 @triton.jit
-def _append_groups(row, V, gidx_row, gi, u, tb, nsel, G: tl.constexpr, CAP: tl.constexpr, PF: tl.constexpr):
+def _append_groups(gidx_row, gi, u, tb, nsel, CAP: tl.constexpr):
     """After the ``nsel`` listed groups, list those of ids ``gi`` whose keys ``u`` reach ``tb``
-    (in order, list slots below CAP); return the new count. ``PF``: first ask L2 for those groups'
-    tokens (the gather then waits on L2, not HBM, for each step's dependent loads)."""
-    if PF:
-        _prefetch_l2(row + gi * G, row + tl.minimum(gi * G + G, V) - 1, u >= tb)
+    (in order, list slots below CAP); return the new count."""
     sel = (u >= tb).to(tl.int32)
     pos = nsel + tl.cumsum(sel, axis=0) - 1
     tl.store(gidx_row + pos, gi, mask=(sel > 0) & (pos < CAP))
@@ -262,20 +238,19 @@ def _append_groups(row, V, gidx_row, gi, u, tb, nsel, G: tl.constexpr, CAP: tl.c
 
 
 @triton.jit
-def _compact_groups(row, V, gk_row, gidx_row, M, tb, u0, u1, MB: tl.constexpr, MT: tl.constexpr, G: tl.constexpr,
-                    CAP: tl.constexpr, PF: tl.constexpr):
+def _compact_groups(gk_row, gidx_row, M, tb, u0, u1, MB: tl.constexpr, MT: tl.constexpr, CAP: tl.constexpr):
     """Write the ids of groups whose key reaches ``tb`` (ascending, first CAP); return their count.
 
     Keys as in :func:`_count_reaching`: head ``u0``, then the tail ``u1`` or blocks loaded here.
     """
     mo = tl.arange(0, MB)
-    nsel = _append_groups(row, V, gidx_row, mo, u0, tb, 0, G, CAP, PF)
+    nsel = _append_groups(gidx_row, mo, u0, tb, 0, CAP)
     if MT > 0:
-        nsel = _append_groups(row, V, gidx_row, MB + tl.arange(0, MT), u1, tb, nsel, G, CAP, PF)
+        nsel = _append_groups(gidx_row, MB + tl.arange(0, MT), u1, tb, nsel, CAP)
     else:
         for c in range(MB, M, MB):
             gi = c + mo
-            nsel = _append_groups(row, V, gidx_row, gi, _biased_keys(gk_row, gi, M), tb, nsel, G, CAP, PF)
+            nsel = _append_groups(gidx_row, gi, _biased_keys(gk_row, gi, M), tb, nsel, CAP)
     return nsel
 
 
@@ -291,13 +266,10 @@ def _load_groups(row, V, gidx_row, j, nsel, G: tl.constexpr):
 
 @triton.jit
 def _compact_candidates(row, V, tb, gidx_row, nsel, cand_row,
-                        G: tl.constexpr, GT: tl.constexpr, CAP: tl.constexpr, KEY32: tl.constexpr):
+                        G: tl.constexpr, GT: tl.constexpr, CAP: tl.constexpr):
     """Write the sort keys of the tokens of the listed groups that reach ``tb``; return their count.
 
-    Double-buffered: the next GT groups are loaded before this step's keys are compacted. Slots
-    follow token ids (groups listed ascending), so ``KEY32`` (bf16 rows, whose value is its 16-bit
-    order key) writes the 32-bit key (order key << 16 | 0xFFFF - slot) and the token id apart:
-    half the sort's registers and shuffles.
+    Double-buffered: the next GT groups are loaded before this step's keys are compacted.
     """
     ga = tl.arange(0, GT)
     idx, valid, x = _load_groups(row, V, gidx_row, ga, nsel, G)
@@ -309,12 +281,7 @@ def _compact_candidates(row, V, tb, gidx_row, nsel, cand_row,
         c = (valid & (tk + KEY_BIAS >= tb)).to(tl.int32)
         per = tl.sum(c, axis=1)
         pos = (ncand + tl.cumsum(per, axis=0) - per)[:, None] + tl.cumsum(c, axis=1) - 1
-        if KEY32:
-            cand32 = cand_row.to(tl.pointer_type(tl.int32))
-            tl.store(cand32 + pos, (tk << 16) | (0xFFFF - pos), mask=(c > 0) & (pos < CAP))
-            tl.store(cand32 + CAP + pos, idx, mask=(c > 0) & (pos < CAP))
-        else:
-            tl.store(cand_row + pos, key, mask=(c > 0) & (pos < CAP))
+        tl.store(cand_row + pos, key, mask=(c > 0) & (pos < CAP))
         ncand += tl.sum(per, axis=0)
         idx, valid, x = idx_next, valid_next, x_next
     return ncand
@@ -357,7 +324,6 @@ def select_kernel(
     gkey_ptr, part_ptr, gidx_ptr, cand_ptr, val_ptr, id_ptr, lse_ptr,
     MB: tl.constexpr, MT: tl.constexpr, G: tl.constexpr, GT: tl.constexpr,
     K_P: tl.constexpr, CAP: tl.constexpr, UNROLL: tl.constexpr, SP: tl.constexpr, R: tl.constexpr,
-    PF: tl.constexpr, KEY32: tl.constexpr,
 ):
     """Per row: logsumexp, then the exact top-K (value desc, id asc) from the few candidates."""
     r = tl.program_id(0).to(tl.int64)
@@ -366,22 +332,13 @@ def select_kernel(
     tb, u0, u1 = _lse_and_threshold(gk_row, part_ptr + r * S * 2, lse_ptr + r, M, S, K, MB, MT, R, UNROLL, SP)
     gidx_row = gidx_ptr + r * CAP
     cand_row = cand_ptr + r * CAP
-    nsel = _compact_groups(row, V, gk_row, gidx_row, M, tb, u0, u1, MB, MT, G, CAP, PF)
+    nsel = _compact_groups(gk_row, gidx_row, M, tb, u0, u1, MB, MT, CAP)
     ncand = nsel + CAP  # > CAP: "overflow" unless the candidates are gathered below
     if nsel <= CAP:
         tl.debug_barrier()  # the group list was written by other threads of this program
-        ncand = _compact_candidates(row, V, tb, gidx_row, nsel, cand_row, G, GT, CAP, KEY32)
+        ncand = _compact_candidates(row, V, tb, gidx_row, nsel, cand_row, G, GT, CAP)
     tl.debug_barrier()  # the candidate keys too
-    in_buffer = ncand <= CAP
-    if not KEY32:
-        in_buffer = False  # the int64 keys: _top_keys reads the buffer
-    if in_buffer:
-        cand32 = cand_row.to(tl.pointer_type(tl.int32))
-        ca = tl.arange(0, CAP)
-        keys = tl.load(cand32 + ca, mask=ca < ncand, other=PAD32, cache_modifier=".cg")
-        val, ids = _decode32(_top_desc(keys, K_P), cand32 + CAP, id_offset)
-    else:
-        val, ids = _decode(_top_keys(row, V, K, tb, cand_row, ncand, K_P, CAP), id_offset)
+    val, ids = _decode(_top_keys(row, V, K, tb, cand_row, ncand, K_P, CAP), id_offset)
     o = tl.arange(0, K_P)
     tl.store(val_ptr + r * K + o, val, mask=o < K)
     tl.store(id_ptr + r * K + o, ids, mask=o < K)
@@ -389,16 +346,16 @@ def select_kernel(
 
 @triton.jit(do_not_specialize=["S"])
 def threshold_kernel(
-    x_ptr, stride_row, V, M, S, K, gkey_ptr, part_ptr, gidx_ptr, state_ptr, lse_ptr,
-    MB: tl.constexpr, MT: tl.constexpr, R: tl.constexpr, G: tl.constexpr, CAP: tl.constexpr, UNROLL: tl.constexpr,
-    SP: tl.constexpr, PF: tl.constexpr,
+    M, S, K, gkey_ptr, part_ptr, gidx_ptr, state_ptr, lse_ptr,
+    MB: tl.constexpr, MT: tl.constexpr, R: tl.constexpr, CAP: tl.constexpr, UNROLL: tl.constexpr,
+    SP: tl.constexpr,
 ):
     """Per row, the first half of the select: logsumexp, the threshold ``tb`` and the list of the
     groups that reach it; ``state_ptr[r]`` = (tb, groups listed, 0, 0) for ``gather_kernel``."""
     r = tl.program_id(0).to(tl.int64)
     gk_row = gkey_ptr + r * M
     tb, u0, u1 = _lse_and_threshold(gk_row, part_ptr + r * S * 2, lse_ptr + r, M, S, K, MB, MT, R, UNROLL, SP)
-    nsel = _compact_groups(x_ptr + r * stride_row, V, gk_row, gidx_ptr + r * CAP, M, tb, u0, u1, MB, MT, G, CAP, PF)
+    nsel = _compact_groups(gk_row, gidx_ptr + r * CAP, M, tb, u0, u1, MB, MT, CAP)
     o = tl.arange(0, 4)
     tl.store(state_ptr + r * 4 + o, tl.where(o == 0, tb, tl.where(o == 1, nsel, 0)))
 

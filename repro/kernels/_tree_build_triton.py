@@ -558,14 +558,13 @@ def _pointers(parents_ptr, r, parent, lowest, N: tl.constexpr, CW: tl.constexpr)
     First child: the smallest j with parent[j] == i; next sibling: the smallest j > i with
     parent[j] == parent[i] (the successor in (parent, index) order of ``tree_pointers``). Children
     follow their parent (parents[j] < j), so columns before ``lowest`` cannot match. Elementwise
-    minima over blocks of CW columns, one reduction at the end. The blocks are unrolled, so their
-    loads are independent and all in flight at once (a loop waited on L2 once per block)."""
+    minima over blocks of CW columns, one reduction at the end."""
     i = r.to(tl.int32)[:, None]
     first = tl.full([r.shape[0], CW], N, tl.int32)
     sibling = tl.full([r.shape[0], CW], N, tl.int32)
-    for c0 in tl.static_range(0, N, CW):
+    for c0 in range(lowest // CW * CW, N, CW):
         j = c0 + tl.arange(0, CW)[None, :]
-        pj = tl.load(parents_ptr + j, mask=(j < N) & (j >= lowest), other=-1).to(tl.int32)
+        pj = tl.load(parents_ptr + j, mask=j < N, other=-1).to(tl.int32)
         first = tl.minimum(first, tl.where(pj == i, j, N))
         sibling = tl.minimum(sibling, tl.where((pj == parent[:, None]) & (j > i), j, N))
     first = tl.min(first, 1)
@@ -577,7 +576,7 @@ def _pointers(parents_ptr, r, parent, lowest, N: tl.constexpr, CW: tl.constexpr)
 def verify_kernel(
     tokens_ptr, parents_ptr, depths_ptr, lens_ptr, bs, lens_sum, D, pad_token,
     ids_out, pos_out, anc_out, full_out, index_out, first_out, sibling_out,
-    N: tl.constexpr, N_P: tl.constexpr, BS_P: tl.constexpr, RB: tl.constexpr, CW: tl.constexpr, FILL: tl.constexpr,
+    N: tl.constexpr, BS_P: tl.constexpr, RB: tl.constexpr, CW: tl.constexpr, FILL: tl.constexpr,
 ):
     """Every verify tensor of one request's rows [t*RB, (t+1)*RB) into uninitialised outputs: ids,
     positions, pointers, ancestor-mask rows and FULL-mask rows, plus a 1/(bs*T) share of the FULL
@@ -624,16 +623,12 @@ def verify_kernel(
     tl.store(first_out + row, first.to(tl.int64), mask=real)
     tl.store(sibling_out + row, sibling.to(tl.int64), mask=real)
 
-    # the request's parents, held once: each hop of the ancestor walk below is a gather from them
-    # (on chip), not a dependent load from L2
-    node = tl.arange(0, N_P)
-    up = tl.load(parents_ptr + b * N + node, mask=node < N, other=-1).to(tl.int32)
     tl.debug_barrier()  # the ones below land after this program's zero fills of the same rows
-    cur = r.to(tl.int32)  # the row itself, then each ancestor: at most D hops
+    cur = r.to(tl.int64)  # the row itself, then each ancestor: at most D hops
     hop = real
     anc_row = row.to(tl.int64) * N
     for _ in range(D + 1):
         tl.store(anc_out + anc_row + cur, 1, mask=hop)
         tl.store(full_out + prefix_end + cur, 1, mask=hop)
-        cur = tl.gather(up, tl.where(hop, cur, 0), 0)
+        cur = tl.load(parents_ptr + b * N + cur, mask=hop, other=-1)
         hop = hop & (cur >= 0)

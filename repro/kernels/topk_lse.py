@@ -66,9 +66,8 @@ class TopKConfig:
     split_rows: int = 64  # below this many rows the select runs as two launches: the threshold per row, then
     # the gather spread over several programs per row, the last of which sorts (a shorter critical path); 0: never.
     # H200, us at bs 1/8/32/64 (15/120/480/960 rows): split 18.5/39.1/92.4/177.2, one launch 20.3/32.6/81.6/156.9
-    stream_ahead: bool = True  # each stream step loads the next tile before reducing its own (two in flight)
-    l2_prefetch: bool = True  # the select asks L2 for the listed groups' tokens before gathering them (CUDA only)
-    key32: bool = True  # bf16 rows: the one-launch select sorts 32-bit keys (value key, slot) and looks ids up
+    stream_ahead: bool = True  # each stream step loads the next tile before reducing its own (two in flight);
+    # H200, whole top-K at bs 8/32/64, timed in turn: on 33.0/81.1/154.0 us, off 33.2/82.8/157.9
     scan_tail: bool = True  # hold the M group keys as a pow2_floor(M) head and a pow2_ceil(rest) tail, not one
     # pow2_ceil(M) tile (less padding to count over; M 5120: 4096 + 1024 not 8192), when that fits in scan_block;
     # H200, V 163840, K 256, us at bs 1/8/32/64: on 25.0/36.6/101.5/182.5, off 24.0/35.4/111.4/197.4
@@ -124,7 +123,6 @@ class Plan:
     select_maxnreg: int
     super_keys: int  # R: group keys per super key (power of two; divides scan_block and scan_tail)
     split_select: bool  # rows < config.split_rows
-    key32: bool  # config.key32, bf16 rows and the one-launch select
     lse_block: int  # SP: split partials the select loads at once (pow2 >= splits, at most 1024)
 
 
@@ -136,8 +134,8 @@ def _pow2_floor(n: int) -> int:
     return 1 << (max(1, n).bit_length() - 1)
 
 
-def make_plan(rows: int, vocab: int, k: int, config: TopKConfig, dtype: torch.dtype = torch.bfloat16) -> Plan:
-    """Pick group size, splits and buffer sizes for ``dtype`` rows (pure Python, no device work)."""
+def make_plan(rows: int, vocab: int, k: int, config: TopKConfig) -> Plan:
+    """Pick group size, splits and buffer sizes (pure Python, no device work)."""
     k_pow2 = _pow2_ceil(k)
     group = config.group or min(32, _pow2_floor(vocab // (4 * k_pow2)))
     groups = -(-vocab // group)
@@ -173,7 +171,6 @@ def make_plan(rows: int, vocab: int, k: int, config: TopKConfig, dtype: torch.dt
         select_maxnreg=config.select_maxnreg,
         super_keys=supers,
         split_select=rows < config.split_rows,
-        key32=config.key32 and dtype == torch.bfloat16 and rows >= config.split_rows,
         lse_block=min(_pow2_ceil(splits), 1024),
     )
 
@@ -237,8 +234,7 @@ def prepare(
     if x2.stride(-1) != 1:
         x2 = x2.contiguous()
     cfg = config or TopKConfig()
-    p = make_plan(x2.shape[0], vocab, k, cfg, x.dtype)
-    prefetch = cfg.l2_prefetch and not kern.INTERPRET  # inline PTX: not in the interpreter
+    p = make_plan(x2.shape[0], vocab, k, cfg)
     dev = x.device
     logits = torch.empty((p.rows, k), dtype=torch.float32, device=dev)
     ids = torch.empty((p.rows, k), dtype=torch.int64, device=dev)
@@ -249,8 +245,7 @@ def prepare(
     cand = torch.empty((p.rows, p.cap), dtype=torch.int64, device=dev)
 
     select_consts = {"MB": p.scan_block, "MT": p.scan_tail, "G": p.group, "GT": p.gather_groups, "K_P": p.k_pow2,
-                     "CAP": p.cap, "UNROLL": p.bisect_unroll, "SP": p.lse_block, "R": p.super_keys,
-                     "PF": prefetch, "KEY32": p.key32}
+                     "CAP": p.cap, "UNROLL": p.bisect_unroll, "SP": p.lse_block, "R": p.super_keys}
 
     def launch_stream() -> None:
         if p.rows:
@@ -264,9 +259,9 @@ def prepare(
     def launch_split_select() -> None:
         if p.rows:
             kern.threshold_kernel[(p.rows,)](
-                x2, x2.stride(0), vocab, p.groups, p.splits, k, gkeys, parts, gidx, state, lse,
-                MB=p.scan_block, MT=p.scan_tail, R=p.super_keys, G=p.group, CAP=p.cap, UNROLL=p.bisect_unroll,
-                SP=p.lse_block, PF=prefetch, num_warps=p.select_warps,
+                p.groups, p.splits, k, gkeys, parts, gidx, state, lse,
+                MB=p.scan_block, MT=p.scan_tail, R=p.super_keys, CAP=p.cap, UNROLL=p.bisect_unroll, SP=p.lse_block,
+                num_warps=p.select_warps,
             )
             kern.gather_kernel[(p.rows, -(-p.cap // p.gather_groups))](
                 x2, x2.stride(0), vocab, k, id_offset, gidx, state, cand, logits, ids,

@@ -196,7 +196,6 @@ def verify_kernel_constants(bs: int, budget: int, num_warps: int) -> dict[str, i
     """The verify kernel's compile-time sizes (FILL: bytes of one 16-byte store per thread)."""
     return {
         "N": budget + 1,
-        "N_P": _pow2(budget + 1),
         "BS_P": min(_pow2(bs), 1024),
         "RB": VERIFY_ROWS_PER_PROGRAM,
         "CW": VERIFY_COLUMNS,

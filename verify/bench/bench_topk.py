@@ -20,8 +20,8 @@ fields on top of the best config so far, or the defaults for the stages left out
 ``keys`` (group size, scan block), ``tail`` (scan_tail off/on: the group keys in one padded
 tile, or a head and a tail tile), ``super`` (group keys per super key of the threshold search,
 with auto or 8 select warps), ``split`` (the select in one launch per row, or two: the
-threshold per row, then the gather over several programs per row), ``latency`` (none; the stream's
-next tile loaded ahead; that and 32-bit sort keys, or the L2 prefetch of the listed groups; all).
+threshold per row, then the gather over several programs per row), ``ahead`` (each stream step
+loads the next tile before reducing its own, or not).
 ``--adversarial`` adds rows for tie-heavy and sorted inputs (slow path). Every row records the
 config it ran.
 """
@@ -185,14 +185,11 @@ def sweep_stages() -> list[list[dict]]:
     tail = [{"scan_tail": t} for t in (False, True)]
     supers = [{"super_keys": r, "select_warps": w} for r in (1, 4, 8) for w in (0, 8)]
     split = [{"split_rows": r} for r in (0, 1 << 30)]
-    off = {"stream_ahead": False, "l2_prefetch": False, "key32": False}
-    ahead = {**off, "stream_ahead": True}
-    latency = [off, ahead, {**ahead, "key32": True}, {**ahead, "l2_prefetch": True},
-               {"stream_ahead": True, "l2_prefetch": True, "key32": True}]
-    return [stream, select, keys, tail, supers, split, latency]
+    ahead = [{"stream_ahead": a} for a in (False, True)]
+    return [stream, select, keys, tail, supers, split, ahead]
 
 
-SWEEP_STAGES = ("stream", "select", "keys", "tail", "super", "split", "latency")
+SWEEP_STAGES = ("stream", "select", "keys", "tail", "super", "split", "ahead")
 
 
 def sweep(bss: list[int], dtype: torch.dtype, reps: int, stages: tuple[str, ...] = SWEEP_STAGES) -> dict:

@@ -56,11 +56,7 @@ CASES = [
     ("one-select-tied", "tied", 2, 700, 7, torch.bfloat16, {"split_rows": 0}),
     ("one-select-tiny", "boundary", 2, 999, 16, torch.bfloat16, {**TINY, "split_rows": 0}),
     ("super-keys-chunked", "random", 2, 2000, 8, torch.float16, {**TINY, "super_keys": 4, "min_cap": 64}),
-    # 32-bit candidate keys (bf16, one-launch select): ties at the k-th value and signed zeros in the
-    # buffer; the int64 keys for comparison; the stream with one tile in flight instead of two
-    ("key32-boundary", "boundary", 3, 1000, 16, torch.bfloat16, {"split_rows": 0}),
-    ("key32-signed-zeros", "signed_zeros", 2, 500, 16, torch.bfloat16, {"split_rows": 0}),
-    ("key64-random", "random", 3, 1000, 64, torch.bfloat16, {"split_rows": 0, "key32": False}),
+    # the stream with one tile in flight instead of two (every other case loads the next one ahead)
     ("no-stream-ahead", "random", 2, 999, 16, torch.bfloat16, {**TINY, "stream_ahead": False}),
 ]
 SHARDS = [(0, 1100), (1100, 3000)]
@@ -144,15 +140,6 @@ class TestMakePlan:
         assert make_plan(15, 163840, 256, TopKConfig()).split_select
         assert not make_plan(120, 163840, 256, TopKConfig()).split_select
         assert not make_plan(15, 163840, 256, TopKConfig(split_rows=0)).split_select
-
-    def test_32_bit_keys_only_for_bf16_in_the_one_launch_select(self):
-        """bf16 values are their own 16-bit order keys; fp16 and fp32 rows, and the split select
-        (candidate slots not in id order), sort int64 keys."""
-        assert make_plan(120, 163840, 256, TopKConfig()).key32
-        assert not make_plan(120, 163840, 256, TopKConfig(), torch.float16).key32
-        assert not make_plan(120, 163840, 256, TopKConfig(), torch.float32).key32
-        assert not make_plan(15, 163840, 256, TopKConfig()).key32
-        assert not make_plan(120, 163840, 256, TopKConfig(key32=False)).key32
 
     def test_auto_select_warps_follow_the_row_count(self):
         """The default select kernel runs 8 warps up to SELECT_WIDE_ROWS rows and 4 from there
