@@ -1,4 +1,5 @@
-"""The report's PNG figures (matplotlib, headless): speedup vs budget, tau histogram, TP vs EP.
+"""PNG figures (matplotlib, headless): the report's speedup vs budget, tau histogram and TP vs EP;
+the top-K benchmark's time against batch size.
 
 Each function writes one file and returns None, or returns a sentence saying why there was
 nothing to plot (the report prints it in place of the figure).
@@ -6,6 +7,7 @@ nothing to plot (the report prints it in place of the figure).
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +103,46 @@ def tau_histogram(summaries: list[CellSummary], path: Path) -> str | None:
         ax.set_ylabel("requests")
         ax.set_title(f"{profile}, T={temp:g}")
         ax.legend(fontsize=7)
+    _save(fig, path)
+    return None
+
+
+TOPK_SERIES = (
+    ("fused_graph_us", "fused top-K + lse", "o", "-"),
+    ("torch_topk_graph_us", "torch.topk", "s", "-"),
+    ("log_softmax_topk_graph_us", "log_softmax + torch.topk", "^", "-"),
+    ("read_once_graph_us", "read once (torch.amax)", "v", ":"),
+    ("floor_us", "HBM floor (bytes / 4.3 TB/s)", "", "--"),
+)
+"""bench_topk row columns drawn by :func:`topk_vs_batch`: (column, label, marker, line style)."""
+
+
+def topk_vs_batch(rows: list[dict[str, Any]], path: Path) -> str | None:
+    """Microseconds per call against bs (log-log) of each ``TOPK_SERIES`` column of
+    ``verify/bench/bench_topk.py`` rows (random logits only), a panel per (K, V); the issue's
+    targets as black crosses."""
+    timed = [r for r in rows if r.get("kind", "random") == "random" and "fused_graph_us" in r]
+    if not timed:
+        return "no random-logit row was timed, so there is no top-K curve to plot"
+    panels = sorted({(r["k"], r["vocab"]) for r in timed})
+    plt = _pyplot()
+    fig, axes = _grid(plt, len(panels))
+    for ax, (k, vocab) in zip(axes, panels, strict=True):
+        here = sorted((r for r in timed if (r["k"], r["vocab"]) == (k, vocab)), key=lambda r: r["bs"])
+        for column, label, marker, style in TOPK_SERIES:
+            pts = [(r["bs"], r[column]) for r in here if math.isfinite(r.get(column, math.nan))]
+            if pts:
+                ax.plot(*zip(*pts, strict=True), marker=marker, linestyle=style, label=label)
+        targets = [(r["bs"], r["target_us"]) for r in here if "target_us" in r]
+        if targets:
+            ax.plot(*zip(*targets, strict=True), "kx", markersize=9, label="target (issue 6)")
+        _log2_axis(ax, [r["bs"] for r in here])
+        ax.set_yscale("log")
+        ax.set_xlabel("batch size (rows = 15 x bs)")
+        ax.set_ylabel("µs per call (CUDA graph)")
+        ax.set_title(f"K {k}, V {vocab}, {here[0].get('dtype', 'bf16')} logits", fontsize=10)
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3, which="both")
     _save(fig, path)
     return None
 

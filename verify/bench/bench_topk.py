@@ -3,6 +3,7 @@
     python -m verify.bench.bench_topk --out results/bench_topk.json           # the issue-6 table
     python -m verify.bench.bench_topk --sweep --out results/bench_topk.json   # tune first, then the table
     python -m verify.bench.bench_topk --bs 8 --k 256 --vocab 163840           # one shape
+    python -m verify.bench.bench_topk --replot results/bench_topk.json        # its figure again (no GPU)
 
 Rows are ``[bs * 15, V]`` drafter logits (bf16, N(0, 3²) unless ``--kind``). For each (bs, K, V),
 side by side in one run: the fused kernel (``topk_lse``, and its two launches apart),
@@ -23,7 +24,8 @@ with auto or 8 select warps), ``split`` (the select in one launch per row, or tw
 threshold per row, then the gather over several programs per row), ``ahead`` (each stream step
 loads the next tile before reducing its own, or not).
 ``--adversarial`` adds rows for tie-heavy and sorted inputs (slow path). Every row records the
-config it ran.
+config it ran. Beside the JSON it draws a ``.png``: time against bs per (K, V), the columns above
+and the issue's targets (``repro.plots.topk_vs_batch``).
 """
 
 from __future__ import annotations
@@ -247,6 +249,25 @@ def _print_table(rows: list[dict]) -> None:
               + ("  MISS" if r.get("meets_target") is False else ""))
 
 
+def _draw(rows: list[dict], path: Path) -> None:
+    from repro import plots
+
+    why_not = plots.topk_vs_batch(rows, path)
+    print(f"figure not drawn: {why_not}" if why_not else f"wrote {path}")
+
+
+def _replot(path: Path) -> int:
+    """Draw the figure of a saved bench_topk JSON beside it; 2 on a file that is not one."""
+    try:
+        rows = json.loads(path.read_text())["rows"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        print(f"bench_topk: --replot needs a bench_topk JSON with 'rows' ({path}: {type(e).__name__}: {e})",
+              file=sys.stderr)
+        return 2
+    _draw(rows, path.with_suffix(".png"))
+    return 0
+
+
 def _revision() -> str:
     """Short git revision of the code under test ("unknown" outside a checkout)."""
     rev = git_revision()
@@ -267,7 +288,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--adversarial", action="store_true", help="add slow-path rows at bs 8, K 256")
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--out", type=Path, default=Path("results/bench_topk.json"))
+    p.add_argument("--replot", type=Path, metavar="JSON", help="only draw the figure of a saved result (no GPU)")
     args = p.parse_args(argv)
+    if args.replot:
+        return _replot(args.replot)
     stages = tuple(s for s in args.stages.split(",") if s)
     if not stages or set(stages) - set(SWEEP_STAGES):
         p.error(f"--stages takes a comma-separated subset of {','.join(SWEEP_STAGES)} (got {args.stages!r})")
@@ -312,6 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"copy bandwidth {result['copy_bytes_per_s'] / 1e12:.2f} TB/s; config {result['config']}")
     _print_table(rows)
     print(f"wrote {args.out}")
+    _draw(rows, args.out.with_suffix(".png"))
     return 0 if all(r.get("exact") for r in rows) else 1
 
 
