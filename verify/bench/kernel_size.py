@@ -92,8 +92,7 @@ def topk_kernel_sizes(rows: int, vocab: int, k: int, config, arch: int = 90) -> 
     stream = _compile(kern.stream_kernel, {"TG": p.tile // p.group, "G": p.group, "AHEAD": config.stream_ahead},
                       values, p.stream_warps, arch)
     if p.split_select:
-        thresh = _compile(kern.threshold_kernel,
-                          {k: select[k] for k in ("MB", "MT", "R", "CAP", "UNROLL", "SP")},
+        thresh = _compile(kern.threshold_kernel, {k: select[k] for k in ("MB", "MT", "R", "CAP", "UNROLL", "SP")},
                           values, p.select_warps, arch)
         gather = _compile(kern.gather_kernel, {k: select[k] for k in ("G", "GT", "K_P", "CAP")}, values,
                           p.select_warps, arch, p.select_maxnreg)

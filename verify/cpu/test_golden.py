@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 from repro import goldenset
 from repro.cli import main as cli
@@ -40,8 +41,6 @@ def test_case_rederives_exactly(entry, spec):
 def test_generation_is_deterministic(tmp_path):
     """Regenerating cases from their seeds reproduces the stored inputs bit for bit and the stored
     outputs (scores to SCORE_ATOL, as above; the bytes are equal where logsumexp rounds alike)."""
-    import torch
-
     for name in ("worked-example-b6", "ties-2-v8", "certain-1-v4"):
         entry = next(e for e, s in CASES if s.name == name)
         fresh = goldenset.write_case(tmp_path, goldenset.CaseSpec(**entry["spec"]))
