@@ -38,6 +38,10 @@ SELECT_WIDE_ROWS = 256
 (docs/PERFORMANCE.md, session 4): 8 warps faster at 15 and 120 rows, 4 warps at 480 and 960."""
 
 
+GATHER_PER_THREAD = 16
+"""Tokens per select thread in a gather step when ``TopKConfig.gather`` is 0 (auto; half that in
+the split select's gather_kernel)."""
+
 _CHOICES = {
     "super_keys": (1, 2, 4, 8, 16), "bisect_unroll": (1, 2, 4, 8, 16), "cap_mult": (2, 4, 8),
     "stream_warps": (1, 2, 4, 8, 16),
@@ -57,7 +61,9 @@ class TopKConfig:
     group: int = 0  # tokens per group key; 0 = auto (32, smaller when V is small against k)
     cap_mult: int = 2  # candidate buffer = max(cap_mult * next_pow2(k), min_cap) keys per row
     min_cap: int = 128
-    gather: int = 2048  # tokens per candidate-gather step of the select kernel (per program of gather_kernel)
+    gather: int = 0  # tokens per candidate-gather step of the select kernel (per program of gather_kernel);
+    # 0 = auto: GATHER_PER_THREAD per select thread, half that in gather_kernel (a row over more programs). H200,
+    # whole top-K timed in turn at bs 1/8/32/64, auto 19.2/31.7/81.2/153.5 us, 2048 18.8/33.1/81.2/153.9
     scan_block: int = 8192  # group keys the select kernel holds in registers (power of two)
     super_keys: int = 8  # at most this many group keys per super key of the threshold search (1: none); fewer
     # when the row has under 2.5 K super keys (then the search would let through too many candidates)
@@ -73,14 +79,12 @@ class TopKConfig:
     # H200, V 163840, K 256, us at bs 1/8/32/64: on 25.0/36.6/101.5/182.5, off 24.0/35.4/111.4/197.4
 
     def __post_init__(self) -> None:
-        for name in ("tile", "scan_block", "gather", "min_cap"):
+        for name, auto in (("tile", False), ("scan_block", False), ("min_cap", False), ("group", True),
+                           ("gather", True)):  # auto: 0 is allowed
             value = getattr(self, name)
-            if value < 1 or value & (value - 1):
-                msg = f"TopKConfig.{name} must be a power of two (got {value})"
+            if value < 1 - auto or value & (value - 1):
+                msg = f"TopKConfig.{name} must be {'0 or ' if auto else ''}a power of two (got {value})"
                 raise ValueError(msg)
-        if self.group < 0 or self.group & (self.group - 1):
-            msg = f"TopKConfig.group must be 0 or a power of two (got {self.group})"
-            raise ValueError(msg)
         for name, allowed in _CHOICES.items():
             value = getattr(self, name)
             if value not in allowed:
@@ -92,12 +96,10 @@ class TopKConfig:
         if self.select_maxnreg and not 32 <= self.select_maxnreg <= 255:
             msg = f"TopKConfig.select_maxnreg must be 0 or in [32, 255] (got {self.select_maxnreg})"
             raise ValueError(msg)
-        if self.split_rows < 0:
-            msg = f"TopKConfig.split_rows must be >= 0 (got {self.split_rows})"
-            raise ValueError(msg)
-        if self.programs < 1:
-            msg = f"TopKConfig.programs must be >= 1 (got {self.programs})"
-            raise ValueError(msg)
+        for name, least in (("split_rows", 0), ("programs", 1)):
+            if getattr(self, name) < least:
+                msg = f"TopKConfig.{name} must be >= {least} (got {getattr(self, name)})"
+                raise ValueError(msg)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,6 +150,8 @@ def make_plan(rows: int, vocab: int, k: int, config: TopKConfig) -> Plan:
         head = _pow2_floor(groups)
         tail = _pow2_ceil(groups - head)
     splits = -(-vocab // chunk)
+    select_warps = config.select_warps or (8 if rows < SELECT_WIDE_ROWS else 4)
+    split = rows < config.split_rows
     supers = config.super_keys  # >= 2.5 K super keys, R | MB and R | MT
     while supers > 1 and (2 * -(-groups // supers) < 5 * k or supers > head or 0 < tail < supers):
         supers //= 2
@@ -162,15 +166,15 @@ def make_plan(rows: int, vocab: int, k: int, config: TopKConfig) -> Plan:
         chunk=chunk,
         k_pow2=k_pow2,
         cap=max(config.cap_mult * k_pow2, config.min_cap),
-        gather_groups=max(1, config.gather // group),
+        gather_groups=max(1, (config.gather or GATHER_PER_THREAD * 32 * select_warps // (1 + split)) // group),
         scan_block=head,
         scan_tail=tail,
         bisect_unroll=config.bisect_unroll,
         stream_warps=config.stream_warps,
-        select_warps=config.select_warps or (8 if rows < SELECT_WIDE_ROWS else 4),
+        select_warps=select_warps,
         select_maxnreg=config.select_maxnreg,
         super_keys=supers,
-        split_select=rows < config.split_rows,
+        split_select=split,
         lse_block=min(_pow2_ceil(splits), 1024),
     )
 

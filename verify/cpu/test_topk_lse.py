@@ -135,6 +135,14 @@ class TestMakePlan:
         p = make_plan(15, 163840, 256, TopKConfig())
         assert p.rows * p.splits > 132
 
+    @pytest.mark.parametrize(("rows", "tokens"), [(15, 2048), (120, 4096), (480, 2048)])
+    def test_auto_gather_is_16_tokens_per_select_thread(self, rows, tokens):
+        """gather 0: 16 tokens per select thread a step (bs 8: 8 warps, 4096; bs 32: 4 warps, 2048),
+        8 in the split select (bs 1: 2048, over more programs per row)."""
+        p = make_plan(rows, 163840, 256, TopKConfig())
+        assert p.gather_groups * p.group == tokens
+        assert make_plan(rows, 163840, 256, TopKConfig(gather=1024)).gather_groups * p.group == 1024
+
     def test_select_splits_below_split_rows(self):
         """Below split_rows rows (bs 1: 15) the select runs as two launches; from there (bs 8: 120) as one."""
         assert make_plan(15, 163840, 256, TopKConfig()).split_select
