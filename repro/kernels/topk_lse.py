@@ -62,8 +62,8 @@ class TopKConfig:
     cap_mult: int = 2  # candidate buffer = max(cap_mult * next_pow2(k), min_cap) keys per row
     min_cap: int = 128
     gather: int = 0  # tokens per candidate-gather step of the select kernel (per program of gather_kernel);
-    # 0 = auto: GATHER_PER_THREAD per select thread, half that in gather_kernel (a row over more programs). H200,
-    # whole top-K timed in turn at bs 1/8/32/64, auto 19.2/31.7/81.2/153.5 us, 2048 18.8/33.1/81.2/153.9
+    # 0 = auto: GATHER_PER_THREAD per select thread, half that in gather_kernel (a row over more programs), which
+    # is 2048 at bs 1/32/64 and 4096 at bs 8 (8 warps); H200, whole top-K at bs 8 timed in turn: 4096 31.7 us, 2048 33.1
     scan_block: int = 8192  # group keys the select kernel holds in registers (power of two)
     super_keys: int = 8  # at most this many group keys per super key of the threshold search (1: none); fewer
     # when the row has under 2.5 K super keys (then the search would let through too many candidates)
