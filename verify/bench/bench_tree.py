@@ -9,7 +9,8 @@ For each (bs, B) at L = 15 and V = 163840 (Kimi's vocabulary) with bf16 drafter 
 - batched eager: ``topk_logprobs`` + ``build_trees_from_topk`` + ``verify_tensors``, CUDA events;
 - batched graph: the same captured once in a CUDA graph and replayed;
 - fused (GPU, B <= 256): Triton top-K + lse, the one-launch tree kernel and the one-launch verify
-  tensor kernel, in a graph;
+  tensor kernel, and the three together, each in a graph, the four timed in turn (replayed
+  round-robin, so clock drift falls on all alike);
 plus the split of the batched path into top-K / tree / verify tensors. All in one run, so the
 ratios are side by side. Absolute times are only meaningful on the GPU.
 """
@@ -31,6 +32,7 @@ from repro.ddtree import TopK, build_trees_from_topk, topk_logprobs, verify_tens
 from repro.ddtree.reference import heap_tree
 from repro.kernels.tree_build import MAX_BUDGET, build_trees_fused, build_trees_fused_flagged, verify_tensors_fused
 from repro.stack import git_revision
+from verify.bench.bench_topk import time_interleaved
 
 
 def time_events(fn: Callable[[], object], iters: int, warmup: int = 3) -> float:
@@ -145,12 +147,16 @@ def _fused(logits, topk, tree, roots, lens, lens_sum, budget, k, iters, tree_war
         verify_tensors_fused(build_trees_fused(fused_topk(), budget, roots), lens, lens_sum)
 
     _tree, flags = build_trees_fused_flagged(topk, budget, roots)
+    parts = {  # timed in turn: each captured once, then replayed round-robin, so drift falls on all alike
+        "topk": fused_topk,
+        "tree": lambda: build_trees_fused(topk, budget, roots),
+        "verify": lambda: verify_tensors_fused(tree, lens, lens_sum),
+        "whole": whole,
+    }
+    timed = time_interleaved([[fn] for fn in parts.values()], reps=iters)
     return {
         "fused_enum_requests": int((flags == 0).sum()) if flags is not None else 0,  # the rest: frontier kernel
-        "fused_topk_graph_us": time_graph(fused_topk, iters),
-        "fused_tree_graph_us": time_graph(lambda: build_trees_fused(topk, budget, roots), iters),
-        "fused_verify_graph_us": time_graph(lambda: verify_tensors_fused(tree, lens, lens_sum), iters),
-        "fused_whole_graph_us": time_graph(whole, iters),
+        **{f"fused_{name}_graph_us": us for name, us in zip(parts, timed, strict=True)},
         "fused_whole_eager_us": time_events(whole, iters),
         **{f"fused_tree_warps{w}_graph_us": time_graph(lambda w=w: build_trees_fused(topk, budget, roots, num_warps=w), iters)
            for w in tree_warps},
