@@ -9,9 +9,12 @@ Two stages, one pass over the logits:
    super keys (the maximum of each set of ``R`` group keys; the group keys are held in registers:
    one tile of ``MB`` keys, or a head of ``MB`` plus a tail of ``MT`` when those two cover the row)
    the threshold ``tb`` that at least ``K`` super keys reach (so at least ``K`` groups and tokens
-   do, and every top-K token does), re-reads only the groups that reach it, compacts the tokens
-   that reach it, and sorts those few candidates exactly. A row with more candidates than ``CAP``
-   (ties, sorted rows) takes an exact slow path: a running top-K over the whole row in id order.
+   do, and every top-K token does), re-reads only the groups that reach it (each group's maximum
+   to the group's list slot, its few other tokens that reach tb after the list), and sorts those
+   few candidates exactly. It is launched dependent on the stream (programmatic dependent launch:
+   its programs start while the stream drains and wait for its results). A row with more
+   candidates than ``CAP`` (ties, sorted rows) takes an exact slow path: a running top-K over the
+   whole row in id order.
    Both paths share one sort, so the kernel compiles one bitonic network.
    Below ``TopKConfig.split_rows`` rows the select runs as two launches instead:
    ``threshold_kernel`` (grid rows: lse, threshold, group list) and ``gather_kernel`` (grid rows x
@@ -25,8 +28,10 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 INTERPRET: bool = bool(triton.knobs.runtime.interpret)
+PDL = tl.constexpr(not INTERPRET)  # programmatic dependent launch (sm_90+; inline PTX, so not interpreted)
 
 LOG2E = tl.constexpr(1.4426950408889634)
 PAD = tl.constexpr(-(2**63))  # below the key of every finite or infinite float
@@ -77,47 +82,92 @@ def _merge_desc(a, b, K_P: tl.constexpr):
     return out
 
 
+@triton.jit
+def _tile_values(w, PAIRS: tl.constexpr):
+    """Float32 values of a loaded tile as two halves ``(a, b)`` [TG, max(G / 2, 1)] (which token is
+    in which half does not matter: the stream reduces whole groups).
+
+    ``PAIRS``: ``w`` holds int32 words of two bf16 tokens each; float32 of a bf16 is its bits in the
+    high half, so one shift or one AND per token (the generic ``.to(float32)`` of bf16 costs two)."""
+    if PAIRS:
+        a = (w << 16).to(tl.float32, bitcast=True)
+        b = (w & -65536).to(tl.float32, bitcast=True)
+    elif w.shape[1] == 1:  # groups of one token: b is empty (-inf)
+        a = w.to(tl.float32)
+        b = tl.full(a.shape, float("-inf"), tl.float32)
+    else:
+        a, b = tl.split(tl.reshape(w.to(tl.float32), [w.shape[0], w.shape[1] // 2, 2]))
+    return a, b
+
+
+@triton.jit
+def _stream_step(w, gk_at, gi, M, m_run, s_a, s_b, PAIRS: tl.constexpr):
+    """One tile: store its group keys at ``gk_at`` (ids ``gi``), update the online logsumexp state
+    (``m_run`` per group lane, sums ``s_a`` / ``s_b`` per element: one FMA per token, no
+    cross-thread reduction until the end)."""
+    a, b = _tile_values(w, PAIRS)
+    gmax = tl.max(tl.maximum(a, b), axis=1)
+    tk = _ordered_bits(tl.where(gmax == 0.0, 0.0, gmax)) >> 16
+    tl.store(gk_at, tk.to(tl.int16), mask=gi < M)
+    m_new = tl.maximum(m_run, gmax)
+    m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+    scale = tl.exp2((m_run - m_ref) * LOG2E)[:, None]
+    shift = (m_ref * LOG2E)[:, None]
+    s_a = s_a * scale + tl.exp2(a * LOG2E - shift)  # one FMA + one MUFU + one FMA per token
+    s_b = s_b * scale + tl.exp2(b * LOG2E - shift)
+    return m_new, s_a, s_b
+
+
 @triton.jit(do_not_specialize=["S"])  # S changes with the row count; chunk stays a multiple of the tile
 def stream_kernel(
     x_ptr, stride_row, V, M, chunk, S, gkey_ptr, part_ptr,
-    TG: tl.constexpr, G: tl.constexpr, AHEAD: tl.constexpr,
+    TG: tl.constexpr, G: tl.constexpr, STAGES: tl.constexpr, PAIRS: tl.constexpr,
 ):
     """Per (row, split): 16-bit order key of every group maximum, and the split's (max, sumexp).
 
-    ``AHEAD``: each step issues the next tile's load before reducing its own (two tiles in flight
-    per program instead of one)."""
+    The full tiles of the split load unmasked in a loop Triton software-pipelines ``STAGES`` deep
+    (asynchronous copies through shared memory: several tiles in flight per program without
+    holding them in registers); the partial last tile (if any) loads masked after it. ``PAIRS``
+    (bf16, even V and row stride): the tile is loaded as int32 words of two tokens,
+    :func:`_tile_values`. The dependent select launch may start as soon as every program has
+    (programmatic dependent launch: it waits for this grid's results before reading them).
+    """
+    if PDL:
+        gdc_launch_dependents()
     r = tl.program_id(0).to(tl.int64)
     p = tl.program_id(1)
-    row = x_ptr + r * stride_row
+    w_g: tl.constexpr = G // 2 if PAIRS else G  # loaded elements per group
+    half: tl.constexpr = max(G // 2, 1)  # elements per half tile row (_tile_values)
+    w_t: tl.constexpr = TG * w_g  # per tile
+    if PAIRS:
+        row = x_ptr.to(tl.pointer_type(tl.int32)) + r * (stride_row // 2)
+        start = p * (chunk // 2)
+        end = tl.minimum(start + chunk // 2, V // 2)
+        other = -8323200  # 0xFF80FF80: two bf16 -inf
+    else:
+        row = x_ptr + r * stride_row
+        start = p * chunk
+        end = tl.minimum(start + chunk, V)
+        other = float("-inf")
     g_ar = tl.arange(0, TG)
-    e_ar = tl.arange(0, G)
+    tile_ar = g_ar[:, None] * w_g + tl.arange(0, w_g)[None, :]
+    gk_row = gkey_ptr + r * M + start // w_g
     m_run = tl.full([TG], float("-inf"), tl.float32)
-    s_run = tl.zeros([TG], tl.float32)
-    tile_ar = g_ar[:, None] * G + e_ar[None, :]
-    end = tl.minimum(p * chunk + chunk, V)
-    if AHEAD:
-        x_next = tl.load(row + p * chunk + tile_ar, mask=p * chunk + tile_ar < end, other=float("-inf"))
-    # Every split runs the same trip count; steps past V are fully masked (no memory traffic).
-    for t in range(0, chunk, TG * G):
-        base = p * chunk + t
-        if AHEAD:
-            x = x_next.to(tl.float32)
-            x_next = tl.load(row + base + TG * G + tile_ar, mask=base + TG * G + tile_ar < end, other=float("-inf"))
-        else:
-            x = tl.load(row + base + tile_ar, mask=base + tile_ar < V, other=float("-inf")).to(tl.float32)
-        gmax = tl.max(x, axis=1)
-        gi = base // G + g_ar
-        tk = _ordered_bits(tl.where(gmax == 0.0, 0.0, gmax)) >> 16
-        tl.store(gkey_ptr + r * M + gi, tk.to(tl.int16), mask=gi < M)
-        # Online logsumexp per group lane: one exp2 per token, no cross-thread reduction.
-        m_new = tl.maximum(m_run, gmax)
-        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
-        terms = tl.exp2(x * LOG2E - (m_ref * LOG2E)[:, None])  # one FMA + one MUFU per token
-        s_run = s_run * tl.exp2((m_run - m_ref) * LOG2E) + tl.sum(terms, axis=1)
-        m_run = m_new
+    s_a = tl.zeros([TG, half], tl.float32)
+    s_b = tl.zeros([TG, half], tl.float32)
+    full = (end - start) // w_t * w_t
+    for t in tl.range(0, full, w_t, num_stages=STAGES):
+        w = tl.load(row + start + t + tile_ar)
+        gi = start // w_g + t // w_g + g_ar
+        m_run, s_a, s_b = _stream_step(w, gk_row + t // w_g + g_ar, gi, M, m_run, s_a, s_b, PAIRS)
+    if full < end - start:
+        w = tl.load(row + start + full + tile_ar, mask=start + full + tile_ar < end, other=other)
+        gi = start // w_g + full // w_g + g_ar
+        m_run, s_a, s_b = _stream_step(w, gk_row + full // w_g + g_ar, gi, M, m_run, s_a, s_b, PAIRS)
     m = tl.max(m_run, axis=0)
     m_ref = tl.where(m == float("-inf"), 0.0, m)
-    s = tl.sum(s_run * tl.exp2((m_run - m_ref) * LOG2E), axis=0)
+    scale = tl.exp2((m_run - m_ref) * LOG2E)[:, None]
+    s = tl.sum(tl.sum(s_a * scale + s_b * scale, axis=1), axis=0)
     tl.store(part_ptr + (r * S + p) * 2, m)
     tl.store(part_ptr + (r * S + p) * 2 + 1, s)
 
@@ -255,36 +305,124 @@ def _compact_groups(gk_row, gidx_row, M, tb, u0, u1, MB: tl.constexpr, MT: tl.co
 
 
 @triton.jit
-def _load_groups(row, V, gidx_row, j, nsel, G: tl.constexpr):
-    """Token ids, validity and float32 logits ([len(j), G]) of the groups in list slots ``j``."""
+def _load_groups(row, V, gidx_row, j, nsel, G: tl.constexpr, PAIRS: tl.constexpr):
+    """The groups in list slots ``j``: their ids [len(j)] and their tokens' float32 values as two
+    halves, even and odd positions in the group ([len(j), max(G / 2, 1)]); -inf past V.
+    ``PAIRS``: one int32 word holds both halves' bf16 tokens (one load)."""
     grp = tl.load(gidx_row + j, mask=j < nsel, other=0, cache_modifier=".cg")
-    idx = grp[:, None] * G + tl.arange(0, G)[None, :]
-    valid = (j < nsel)[:, None] & (idx < V)
-    x = tl.load(row + idx, mask=valid, other=float("-inf"))
-    return idx, valid, x.to(tl.float32)
+    ia = grp[:, None] * G + 2 * tl.arange(0, max(G // 2, 1))[None, :]
+    if PAIRS:
+        w = tl.load(row.to(tl.pointer_type(tl.int32)) + ia // 2, mask=ia < V, other=-8323200)  # two bf16 -inf
+        xa = (w << 16).to(tl.float32, bitcast=True)
+        xb = (w & -65536).to(tl.float32, bitcast=True)
+    else:
+        xa = tl.load(row + ia, mask=ia < V, other=float("-inf")).to(tl.float32)
+        xb = tl.load(row + ia + 1, mask=(ia + 1 < V) & (G > 1), other=float("-inf")).to(tl.float32)
+    return grp, xa, xb
+
+
+@triton.jit
+def _ranked(x, grp, pos, G: tl.constexpr, PAIRS: tl.constexpr):
+    """Rank keys of tokens at positions ``pos`` of groups ``grp``: a group's tokens in value order,
+    ties by lower id, so a group's maximum is its top candidate and its second the next.
+
+    ``PAIRS`` (bf16 values, low 16 bits 0): int32 ``(16-bit order key << 16) | (G - 1 - pos)``,
+    one integer max per token. Else the int64 sort key itself."""
+    if PAIRS:
+        b = (x + 0.0).to(tl.int32, bitcast=True)  # + 0.0: -0.0 becomes +0.0, keyed alike
+        out = (b ^ ((b >> 31) & 0x7FFF0000)) | (G - 1 - pos)
+    else:
+        out = _sort_keys(x, grp[:, None] * G + pos)[0]
+    return out
+
+
+@triton.jit
+def _reaches(top, tb, PAIRS: tl.constexpr):
+    """Whether rank keys ``top`` (:func:`_ranked`) are of tokens whose 16-bit key reaches ``tb``."""
+    if PAIRS:
+        out = top >= (tb - KEY_BIAS) << 16
+    else:
+        out = (top >> 48).to(tl.int32) + KEY_BIAS >= tb
+    return out
+
+
+@triton.jit
+def _taken(PAIRS: tl.constexpr):
+    """A rank key below every :func:`_ranked` one (bf16 -inf keeps its low 16 bits for the position)."""
+    if PAIRS:
+        out = tl.full([], -(2**31), tl.int32)
+    else:
+        out = tl.full([], PAD, tl.int64)
+    return out
+
+
+@triton.jit
+def _sort_key_of(top, grp, G: tl.constexpr, PAIRS: tl.constexpr):
+    """Sort key (local token id) of a group's rank key ``top`` from :func:`_ranked`."""
+    if PAIRS:
+        n = top & -65536
+        x = (n ^ ((n >> 31) & 0x7FFF0000)).to(tl.float32, bitcast=True)
+        key = _sort_keys(x, grp * G + G - 1 - (top & 0xFFFF))[0]
+    else:
+        key = top
+    return key
+
+
+@triton.jit
+def _gather_step(grp, xa, xb, tb, j, nsel, cand_row, extra_at, counter,
+                 G: tl.constexpr, CAP: tl.constexpr, PAIRS: tl.constexpr):
+    """Candidates of the groups ``grp`` in list slots ``j``: each group's maximum (it reaches tb:
+    that listed the group) to candidate slot ``j``; then, while any group's next token also
+    reaches tb (ties, or a second large token: a few groups per row), those to slots from
+    ``extra_at`` on (compacted; ``counter``: if not None, slots are reserved there with one atomic
+    per round, for programs sharing a row). Returns how many extra slots were used.
+
+    The common step costs a few integer ops per token and no scan across groups."""
+    pos = 2 * tl.arange(0, max(G // 2, 1))[None, :]
+    ca = _ranked(xa, grp, pos, G, PAIRS)
+    cb = _ranked(xb, grp, pos + 1, G, PAIRS)
+    live = j < nsel
+    top = tl.max(tl.maximum(ca, cb), axis=1)
+    tl.store(cand_row + j, _sort_key_of(top, grp, G, PAIRS), mask=live)
+    taken = _taken(PAIRS)  # below every rank key
+    n_extra = nsel * 0
+    ca = tl.where(ca == top[:, None], taken, ca)
+    cb = tl.where(cb == top[:, None], taken, cb)
+    top = tl.max(tl.maximum(ca, cb), axis=1)
+    has = live & _reaches(top, tb, PAIRS) & (top != taken)
+    more = tl.sum(has.to(tl.int32), axis=0)
+    while more > 0:
+        if counter is None:
+            base = extra_at + n_extra
+        else:
+            base = extra_at + tl.atomic_add(counter, more, sem="relaxed")
+        at = base + tl.cumsum(has.to(tl.int32), axis=0) - 1
+        tl.store(cand_row + at, _sort_key_of(top, grp, G, PAIRS), mask=has & (at < CAP))
+        n_extra += more
+        ca = tl.where(ca == top[:, None], taken, ca)
+        cb = tl.where(cb == top[:, None], taken, cb)
+        top = tl.max(tl.maximum(ca, cb), axis=1)
+        has = has & _reaches(top, tb, PAIRS) & (top != taken)
+        more = tl.sum(has.to(tl.int32), axis=0)
+    return n_extra
 
 
 @triton.jit
 def _compact_candidates(row, V, tb, gidx_row, nsel, cand_row,
-                        G: tl.constexpr, GT: tl.constexpr, CAP: tl.constexpr):
+                        G: tl.constexpr, GT: tl.constexpr, CAP: tl.constexpr, PAIRS: tl.constexpr):
     """Write the sort keys of the tokens of the listed groups that reach ``tb``; return their count.
 
-    Double-buffered: the next GT groups are loaded before this step's keys are compacted.
+    Groups' maxima go to slots [0, nsel), the few others after them (:func:`_gather_step`).
+    Double-buffered: the next GT groups are loaded before this step's keys are ranked.
     """
     ga = tl.arange(0, GT)
-    idx, valid, x = _load_groups(row, V, gidx_row, ga, nsel, G)
-    ncand = nsel * 0
+    grp, xa, xb = _load_groups(row, V, gidx_row, ga, nsel, G, PAIRS)
+    n_extra = nsel * 0
     for j0 in range(0, nsel, GT):
-        idx_next, valid_next, x_next = _load_groups(row, V, gidx_row, j0 + GT + ga, nsel, G)
-        key, tk = _sort_keys(x, idx)
-        # slots per group (a prefix sum over GT counts), then within the group: no scan over GT * G
-        c = (valid & (tk + KEY_BIAS >= tb)).to(tl.int32)
-        per = tl.sum(c, axis=1)
-        pos = (ncand + tl.cumsum(per, axis=0) - per)[:, None] + tl.cumsum(c, axis=1) - 1
-        tl.store(cand_row + pos, key, mask=(c > 0) & (pos < CAP))
-        ncand += tl.sum(per, axis=0)
-        idx, valid, x = idx_next, valid_next, x_next
-    return ncand
+        grp_next, xa_next, xb_next = _load_groups(row, V, gidx_row, j0 + GT + ga, nsel, G, PAIRS)
+        n_extra += _gather_step(grp, xa, xb, tb, j0 + ga, nsel, cand_row, nsel + n_extra, None, G, CAP, PAIRS)
+        grp, xa, xb = grp_next, xa_next, xb_next
+    return nsel + n_extra
 
 
 @triton.jit
@@ -324,8 +462,12 @@ def select_kernel(
     gkey_ptr, part_ptr, gidx_ptr, cand_ptr, val_ptr, id_ptr, lse_ptr,
     MB: tl.constexpr, MT: tl.constexpr, G: tl.constexpr, GT: tl.constexpr,
     K_P: tl.constexpr, CAP: tl.constexpr, UNROLL: tl.constexpr, SP: tl.constexpr, R: tl.constexpr,
+    PAIRS: tl.constexpr,
 ):
-    """Per row: logsumexp, then the exact top-K (value desc, id asc) from the few candidates."""
+    """Per row: logsumexp, then the exact top-K (value desc, id asc) from the few candidates.
+    ``PAIRS``: bf16 rows read as int32 words (see ``stream_kernel``)."""
+    if PDL:
+        gdc_wait()  # launched dependent on stream_kernel: its keys and partials are visible after this
     r = tl.program_id(0).to(tl.int64)
     row = x_ptr + r * stride_row
     gk_row = gkey_ptr + r * M
@@ -336,7 +478,7 @@ def select_kernel(
     ncand = nsel + CAP  # > CAP: "overflow" unless the candidates are gathered below
     if nsel <= CAP:
         tl.debug_barrier()  # the group list was written by other threads of this program
-        ncand = _compact_candidates(row, V, tb, gidx_row, nsel, cand_row, G, GT, CAP)
+        ncand = _compact_candidates(row, V, tb, gidx_row, nsel, cand_row, G, GT, CAP, PAIRS)
     tl.debug_barrier()  # the candidate keys too
     val, ids = _decode(_top_keys(row, V, K, tb, cand_row, ncand, K_P, CAP), id_offset)
     o = tl.arange(0, K_P)
@@ -352,6 +494,9 @@ def threshold_kernel(
 ):
     """Per row, the first half of the select: logsumexp, the threshold ``tb`` and the list of the
     groups that reach it; ``state_ptr[r]`` = (tb, groups listed, 0, 0) for ``gather_kernel``."""
+    if PDL:
+        gdc_launch_dependents()
+        gdc_wait()
     r = tl.program_id(0).to(tl.int64)
     gk_row = gkey_ptr + r * M
     tb, u0, u1 = _lse_and_threshold(gk_row, part_ptr + r * S * 2, lse_ptr + r, M, S, K, MB, MT, R, UNROLL, SP)
@@ -363,17 +508,20 @@ def threshold_kernel(
 @triton.jit
 def gather_kernel(
     x_ptr, stride_row, V, K, id_offset, gidx_ptr, state_ptr, cand_ptr, val_ptr, id_ptr,
-    G: tl.constexpr, GT: tl.constexpr, K_P: tl.constexpr, CAP: tl.constexpr,
+    G: tl.constexpr, GT: tl.constexpr, K_P: tl.constexpr, CAP: tl.constexpr, PAIRS: tl.constexpr,
 ):
     """Per (row, slice of ``GT`` listed groups), the second half: the tokens of these groups that
-    reach ``tb`` go to the row's candidate buffer (slots reserved with one atomic; their order
-    does not matter, they are sorted), then the last of the row's programs to finish sorts the
-    candidates (or, past ``CAP`` of them, takes the slow path) and writes the top K.
+    reach ``tb`` go to the row's candidate buffer (:func:`_gather_step`: each group's maximum to
+    its list slot, the few others after the list, slots reserved with one atomic per round; their
+    order does not matter, they are sorted), then the last of the row's programs to finish sorts
+    the candidates (or, past ``CAP`` of them, takes the slow path) and writes the top K.
 
     Spreading a row's gather over programs shortens the select's critical path: one step of GT
     groups instead of a loop over every listed group. Ordering as in a split-K semaphore: a
     barrier, then one gpu-scope acq_rel atomic per program; the last reads the buffer from L2.
     """
+    if PDL:
+        gdc_wait()  # launched dependent on threshold_kernel
     r = tl.program_id(0).to(tl.int64)
     p = tl.program_id(1)
     row = x_ptr + r * stride_row
@@ -383,17 +531,13 @@ def gather_kernel(
     gidx_row = gidx_ptr + r * CAP
     cand_row = cand_ptr + r * CAP
     if (nsel <= CAP) & (p * GT < nsel):
-        idx, valid, x = _load_groups(row, V, gidx_row, p * GT + tl.arange(0, GT), nsel, G)
-        key, tk = _sort_keys(x, idx)
-        c = (valid & (tk + KEY_BIAS >= tb)).to(tl.int32)
-        per = tl.sum(c, axis=1)
-        base = tl.atomic_add(st + 2, tl.sum(per, axis=0), sem="relaxed")
-        pos = (base + tl.cumsum(per, axis=0) - per)[:, None] + tl.cumsum(c, axis=1) - 1
-        tl.store(cand_row + pos, key, mask=(c > 0) & (pos < CAP))
+        j = p * GT + tl.arange(0, GT)
+        grp, xa, xb = _load_groups(row, V, gidx_row, j, nsel, G, PAIRS)
+        _gather_step(grp, xa, xb, tb, j, nsel, cand_row, nsel, st + 2, G, CAP, PAIRS)
     tl.debug_barrier()
     if tl.atomic_add(st + 3, 1, sem="acq_rel", scope="gpu") == tl.num_programs(1) - 1:
         tl.debug_barrier()
-        ncand = tl.where(nsel <= CAP, tl.load(st + 2, cache_modifier=".cg"), CAP + 1)
+        ncand = tl.where(nsel <= CAP, nsel + tl.load(st + 2, cache_modifier=".cg"), CAP + 1)
         val, ids = _decode(_top_keys(row, V, K, tb, cand_row, ncand, K_P, CAP), id_offset)
         o = tl.arange(0, K_P)
         tl.store(val_ptr + r * K + o, val, mask=o < K)

@@ -38,13 +38,13 @@ SELECT_WIDE_ROWS = 256
 (docs/PERFORMANCE.md, session 4): 8 warps faster at 15 and 120 rows, 4 warps at 480 and 960."""
 
 
-GATHER_PER_THREAD = 16
-"""Tokens per select thread in a gather step when ``TopKConfig.gather`` is 0 (auto; half that in
-the split select's gather_kernel)."""
+AUTO_GATHER = (4096, 2048)
+"""Tokens per candidate-gather step when ``TopKConfig.gather`` is 0: in the one-launch select, and
+per program of the split select's gather_kernel (a row over more programs)."""
 
 _CHOICES = {
     "super_keys": (1, 2, 4, 8, 16), "bisect_unroll": (1, 2, 4, 8, 16), "cap_mult": (2, 4, 8),
-    "stream_warps": (1, 2, 4, 8, 16),
+    "stream_warps": (1, 2, 4, 8, 16), "stream_stages": (1, 2, 3, 4, 6),
 }
 """The values each of these TopKConfig fields may take."""
 
@@ -62,8 +62,8 @@ class TopKConfig:
     cap_mult: int = 2  # candidate buffer = max(cap_mult * next_pow2(k), min_cap) keys per row
     min_cap: int = 128
     gather: int = 0  # tokens per candidate-gather step of the select kernel (per program of gather_kernel);
-    # 0 = auto: GATHER_PER_THREAD per select thread, half that in gather_kernel (a row over more programs), which
-    # is 2048 at bs 1/32/64 and 4096 at bs 8 (8 warps); H200, whole top-K at bs 8 timed in turn: 4096 31.7 us, 2048 33.1
+    # 0 = auto: AUTO_GATHER. H200, whole top-K timed in turn at bs 1/8/32/64 (session 9): 4096 19.9/32.7/79.4/148.4 us,
+    # 2048 19.3/-/81.5/153.2 (bs 1: split select), 1024 20.6/38.4/84.0/157.3
     scan_block: int = 8192  # group keys the select kernel holds in registers (power of two)
     super_keys: int = 8  # at most this many group keys per super key of the threshold search (1: none); fewer
     # when the row has under 2.5 K super keys (then the search would let through too many candidates)
@@ -72,8 +72,9 @@ class TopKConfig:
     split_rows: int = 64  # below this many rows the select runs as two launches: the threshold per row, then
     # the gather spread over several programs per row, the last of which sorts (a shorter critical path); 0: never.
     # H200, us at bs 1/8/32/64 (15/120/480/960 rows): split 18.5/39.1/92.4/177.2, one launch 20.3/32.6/81.6/156.9
-    stream_ahead: bool = True  # each stream step loads the next tile before reducing its own (two in flight);
-    # H200, whole top-K at bs 8/32/64, timed in turn: on 33.0/81.1/154.0 us, off 33.2/82.8/157.9
+    stream_stages: int = 4  # tiles in flight per stream program (Triton's software pipeline through shared
+    # memory); H200, stream kernel alone at bs 8/32/64, timed in turn (docs/PERFORMANCE.md, session 9):
+    # 4 stages 16.4/47.2/87.5 us, 3: 16.3/48.2/89.4, 2: 18.6/57.8/108.7, a register look-ahead 16.4/49.5/92.8
     scan_tail: bool = True  # hold the M group keys as a pow2_floor(M) head and a pow2_ceil(rest) tail, not one
     # pow2_ceil(M) tile (less padding to count over; M 5120: 4096 + 1024 not 8192), when that fits in scan_block;
     # H200, V 163840, K 256, us at bs 1/8/32/64: on 25.0/36.6/101.5/182.5, off 24.0/35.4/111.4/197.4
@@ -166,7 +167,7 @@ def make_plan(rows: int, vocab: int, k: int, config: TopKConfig) -> Plan:
         chunk=chunk,
         k_pow2=k_pow2,
         cap=max(config.cap_mult * k_pow2, config.min_cap),
-        gather_groups=max(1, (config.gather or GATHER_PER_THREAD * 32 * select_warps // (1 + split)) // group),
+        gather_groups=max(1, (config.gather or AUTO_GATHER[split]) // group),
         scan_block=head,
         scan_tail=tail,
         bisect_unroll=config.bisect_unroll,
@@ -177,6 +178,13 @@ def make_plan(rows: int, vocab: int, k: int, config: TopKConfig) -> Plan:
         split_select=split,
         lse_block=min(_pow2_ceil(splits), 1024),
     )
+
+
+def stream_pairs(x2: torch.Tensor) -> bool:
+    """Whether the stream kernel reads 2-D ``x2`` as int32 words of two bf16 tokens (bf16, even
+    vocab and row stride, 4-byte aligned): one instruction per token to widen instead of two."""
+    return (x2.dtype == torch.bfloat16 and x2.shape[-1] % 2 == 0 and x2.stride(0) % 2 == 0
+            and x2.data_ptr() % 4 == 0)
 
 
 def _check_args(x: torch.Tensor, k: int, id_offset: int) -> None:
@@ -251,26 +259,29 @@ def prepare(
     select_consts = {"MB": p.scan_block, "MT": p.scan_tail, "G": p.group, "GT": p.gather_groups, "K_P": p.k_pow2,
                      "CAP": p.cap, "UNROLL": p.bisect_unroll, "SP": p.lse_block, "R": p.super_keys}
 
+    pairs = p.group > 1 and stream_pairs(x2)
+
     def launch_stream() -> None:
         if p.rows:
             kern.stream_kernel[(p.rows, p.splits)](
                 x2, x2.stride(0), vocab, p.groups, p.chunk, p.splits, gkeys, parts,
-                TG=p.tile // p.group, G=p.group, AHEAD=cfg.stream_ahead, num_warps=p.stream_warps,
+                TG=p.tile // p.group, G=p.group, STAGES=cfg.stream_stages, PAIRS=pairs, num_warps=p.stream_warps,
             )
 
     state = torch.empty((p.rows, 4), dtype=torch.int32, device=dev) if p.split_select else None
+    dependent = {} if kern.INTERPRET else {"launch_pdl": True}  # may start while the kernel before it drains
 
     def launch_split_select() -> None:
         if p.rows:
             kern.threshold_kernel[(p.rows,)](
                 p.groups, p.splits, k, gkeys, parts, gidx, state, lse,
                 MB=p.scan_block, MT=p.scan_tail, R=p.super_keys, CAP=p.cap, UNROLL=p.bisect_unroll, SP=p.lse_block,
-                num_warps=p.select_warps,
+                num_warps=p.select_warps, **dependent,
             )
             kern.gather_kernel[(p.rows, -(-p.cap // p.gather_groups))](
                 x2, x2.stride(0), vocab, k, id_offset, gidx, state, cand, logits, ids,
-                G=p.group, GT=p.gather_groups, K_P=p.k_pow2, CAP=p.cap, num_warps=p.select_warps,
-                **({"maxnreg": p.select_maxnreg} if p.select_maxnreg else {}),
+                G=p.group, GT=p.gather_groups, K_P=p.k_pow2, CAP=p.cap, PAIRS=pairs, num_warps=p.select_warps,
+                **dependent, **({"maxnreg": p.select_maxnreg} if p.select_maxnreg else {}),
             )
 
     def launch_select() -> None:
@@ -279,8 +290,8 @@ def prepare(
         elif p.rows:
             kern.select_kernel[(p.rows,)](
                 x2, x2.stride(0), vocab, p.groups, p.splits, k, id_offset,
-                gkeys, parts, gidx, cand, logits, ids, lse, **select_consts, num_warps=p.select_warps,
-                **({"maxnreg": p.select_maxnreg} if p.select_maxnreg else {}),
+                gkeys, parts, gidx, cand, logits, ids, lse, **select_consts, PAIRS=pairs, num_warps=p.select_warps,
+                **dependent, **({"maxnreg": p.select_maxnreg} if p.select_maxnreg else {}),
             )
 
     return launch_stream, launch_select, (logits.view(*lead, k), ids.view(*lead, k), lse.view(lead))

@@ -21,9 +21,9 @@ fields on top of the best config so far, or the defaults for the stages left out
 ``keys`` (group size, scan block), ``tail`` (scan_tail off/on: the group keys in one padded
 tile, or a head and a tail tile), ``super`` (group keys per super key of the threshold search,
 with auto or 8 select warps), ``split`` (the select in one launch per row, or two: the
-threshold per row, then the gather over several programs per row), ``ahead`` (each stream step
-loads the next tile before reducing its own, or not), ``gather`` (tokens per gather step: auto,
-16 per select thread, or 2048), ``regs`` (the select's register cap: 64 to 128 per thread).
+threshold per row, then the gather over several programs per row), ``stages`` (tiles in flight
+per stream program: 1, 3, 4 or 6), ``gather`` (tokens per gather step: auto, 2048 or 4096),
+``regs`` (the select's register cap: 64 to 128 per thread).
 ``--adversarial`` adds rows for tie-heavy and sorted inputs (slow path). Every row records the
 config it ran. Beside the JSON it draws a ``.png``: time against bs per (K, V), the columns above
 and the issue's targets (``repro.plots.topk_vs_batch``).
@@ -188,13 +188,13 @@ def sweep_stages() -> list[list[dict]]:
     tail = [{"scan_tail": t} for t in (False, True)]
     supers = [{"super_keys": r, "select_warps": w} for r in (1, 4, 8) for w in (0, 8)]
     split = [{"split_rows": r} for r in (0, 1 << 30)]
-    ahead = [{"stream_ahead": a} for a in (False, True)]
-    gather = [{"gather": g} for g in (0, 2048)]
+    stages = [{"stream_stages": n} for n in (1, 3, 4, 6)]
+    gather = [{"gather": g} for g in (0, 2048, 4096)]
     regs = [{"select_maxnreg": r} for r in (64, 80, 96, 128)]
-    return [stream, select, keys, tail, supers, split, ahead, gather, regs]
+    return [stream, select, keys, tail, supers, split, stages, gather, regs]
 
 
-SWEEP_STAGES = ("stream", "select", "keys", "tail", "super", "split", "ahead", "gather", "regs")
+SWEEP_STAGES = ("stream", "select", "keys", "tail", "super", "split", "stages", "gather", "regs")
 
 
 def sweep(bss: list[int], dtype: torch.dtype, reps: int, stages: tuple[str, ...] = SWEEP_STAGES) -> dict:

@@ -87,14 +87,15 @@ def topk_kernel_sizes(rows: int, vocab: int, k: int, config, arch: int = 90) -> 
 
     p = make_plan(rows, vocab, k, config)
     values = {"stride_row": vocab, "V": vocab, "M": p.groups, "chunk": p.chunk, "S": p.splits, "K": k, "id_offset": 0}
+    pairs = vocab % 2 == 0 and p.group > 1  # bf16 rows of even length (topk_lse.stream_pairs)
     select = {"MB": p.scan_block, "MT": p.scan_tail, "G": p.group, "GT": p.gather_groups, "K_P": p.k_pow2,
-              "CAP": p.cap, "UNROLL": p.bisect_unroll, "SP": p.lse_block, "R": p.super_keys}
-    stream = _compile(kern.stream_kernel, {"TG": p.tile // p.group, "G": p.group, "AHEAD": config.stream_ahead},
-                      values, p.stream_warps, arch)
+              "CAP": p.cap, "UNROLL": p.bisect_unroll, "SP": p.lse_block, "R": p.super_keys, "PAIRS": pairs}
+    stream = _compile(kern.stream_kernel, {"TG": p.tile // p.group, "G": p.group, "STAGES": config.stream_stages,
+                                             "PAIRS": pairs}, values, p.stream_warps, arch)
     if p.split_select:
         thresh = _compile(kern.threshold_kernel, {k: select[k] for k in ("MB", "MT", "R", "CAP", "UNROLL", "SP")},
                           values, p.select_warps, arch)
-        gather = _compile(kern.gather_kernel, {k: select[k] for k in ("G", "GT", "K_P", "CAP")}, values,
+        gather = _compile(kern.gather_kernel, {k: select[k] for k in ("G", "GT", "K_P", "CAP", "PAIRS")}, values,
                           p.select_warps, arch, p.select_maxnreg)
         return {"stream_kernel": cubin_size(stream), "threshold_kernel": cubin_size(thresh),
                 "gather_kernel": cubin_size(gather)}

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from repro.kernels.topk_lse import MAX_K, SELECT_WIDE_ROWS, TopKConfig, make_plan, topk_lse
+from repro.kernels.topk_lse import MAX_K, SELECT_WIDE_ROWS, TopKConfig, make_plan, stream_pairs, topk_lse
 from verify.kernel_cases import assert_exact, make_logits
 
 REPO = Path(__file__).resolve().parents[2]
@@ -56,10 +56,10 @@ CASES = [
     ("one-select-tied", "tied", 2, 700, 7, torch.bfloat16, {"split_rows": 0}),
     ("one-select-tiny", "boundary", 2, 999, 16, torch.bfloat16, {**TINY, "split_rows": 0}),
     ("super-keys-chunked", "random", 2, 2000, 8, torch.float16, {**TINY, "super_keys": 4, "min_cap": 64}),
-    # the stream with one tile in flight instead of two (every other case loads the next one ahead)
-    ("no-stream-ahead", "random", 2, 999, 16, torch.bfloat16, {**TINY, "stream_ahead": False}),
+    # the stream with one tile in flight (not software-pipelined)
+    ("one-stream-stage", "random", 2, 999, 16, torch.bfloat16, {**TINY, "stream_stages": 1}),
 ]
-SHARDS = [(0, 1100), (1100, 3000)]
+SHARDS = [(0, 1100), (1100, 1501), (1501, 2999)]  # bf16 read in pairs; odd V; even V at an odd start
 
 
 def _inputs() -> list[dict]:
@@ -119,6 +119,17 @@ class TestInterpreted:
             assert_exact(case["x"], 9, out, case["id_offset"])
 
 
+def test_stream_reads_bf16_in_pairs_only_when_aligned():
+    """The stream reads int32 words of two tokens only for bf16 rows of even length and stride
+    that start 4-byte aligned; odd shards and other dtypes take the generic load."""
+    whole = torch.zeros(4, 3000, dtype=torch.bfloat16)
+    assert stream_pairs(whole) and stream_pairs(whole[:, 1100:1500])
+    assert not stream_pairs(whole[:, 1100:1501])  # odd V
+    assert not stream_pairs(whole[:, 1501:2999])  # even V, start 2 bytes past a word
+    assert not stream_pairs(torch.zeros(4, 3001, dtype=torch.bfloat16)[:, :3000])  # odd row stride
+    assert not stream_pairs(whole.half()) and not stream_pairs(whole.float())
+
+
 class TestMakePlan:
     @pytest.mark.parametrize(
         ("rows", "vocab", "k"), [(15, 163840, 256), (960, 151936, 16), (3, 100, 7), (1, 4096, 1024)]
@@ -135,10 +146,10 @@ class TestMakePlan:
         p = make_plan(15, 163840, 256, TopKConfig())
         assert p.rows * p.splits > 132
 
-    @pytest.mark.parametrize(("rows", "tokens"), [(15, 2048), (120, 4096), (480, 2048)])
-    def test_auto_gather_is_16_tokens_per_select_thread(self, rows, tokens):
-        """gather 0: 16 tokens per select thread a step (bs 8: 8 warps, 4096; bs 32: 4 warps, 2048),
-        8 in the split select (bs 1: 2048, over more programs per row)."""
+    @pytest.mark.parametrize(("rows", "tokens"), [(15, 2048), (120, 4096), (480, 4096)])
+    def test_auto_gather_step(self, rows, tokens):
+        """gather 0: 4096 tokens a step in the one-launch select (bs 8 and 32), 2048 per program of
+        the split select (bs 1, a row over more programs); an explicit size is kept."""
         p = make_plan(rows, 163840, 256, TopKConfig())
         assert p.gather_groups * p.group == tokens
         assert make_plan(rows, 163840, 256, TopKConfig(gather=1024)).gather_groups * p.group == 1024
