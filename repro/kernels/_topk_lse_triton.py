@@ -66,7 +66,7 @@ def _decode(key, id_offset):
 def _top_desc(keys, K_P: tl.constexpr):
     """The ``K_P`` largest keys, sorted descending (tl.topk cannot return a single key)."""
     if K_P == 1:
-        out = tl.zeros([1], tl.int64) + tl.max(keys, axis=0)
+        out = tl.zeros([1], keys.dtype) + tl.max(keys, axis=0)
     else:
         out = tl.topk(keys, K_P)
     return out
@@ -369,8 +369,32 @@ def _sort_key_of(top, grp, G: tl.constexpr, PAIRS: tl.constexpr):
 
 
 @triton.jit
+def _cand_key(top, grp, j, G: tl.constexpr, CAP: tl.constexpr, PAIRS: tl.constexpr, KEY32: tl.constexpr):
+    """The candidate-buffer key of the token with rank key ``top`` in the group ``grp`` at list slot
+    ``j``. ``KEY32`` (bf16, CAP * G <= 2**15): int32 ``((16-bit key + 32768) * CAP + CAP - 1 - j) * G
+    + G - 1 - position``: value descending, then list slot and position ascending, which is id
+    ascending (the list holds groups in id order); :func:`_decode32` reads it back. Else the
+    int64 sort key."""
+    if KEY32:
+        key = (((top >> 16) + KEY_BIAS) * CAP + CAP - 1 - j) * G + (top & (G - 1))
+    else:
+        key = _sort_key_of(top, grp, G, PAIRS)
+    return key
+
+
+@triton.jit
+def _decode32(key, gidx_row, id_offset, G: tl.constexpr, CAP: tl.constexpr):
+    """Float32 value and global int64 token id of :func:`_cand_key` int32 keys (-1: padding)."""
+    n = (key // (G * CAP) - KEY_BIAS) << 16
+    slot = CAP - 1 - (key // G) % CAP
+    grp = tl.load(gidx_row + slot, mask=key >= 0, other=0, cache_modifier=".cg")
+    ids = grp.to(tl.int64) * G + (G - 1 - key % G) + id_offset
+    return (n ^ ((n >> 31) & 0x7FFF0000)).to(tl.float32, bitcast=True), ids
+
+
+@triton.jit
 def _gather_step(grp, xa, xb, tb, j, nsel, cand_row, extra_at, counter,
-                 G: tl.constexpr, CAP: tl.constexpr, PAIRS: tl.constexpr):
+                 G: tl.constexpr, CAP: tl.constexpr, PAIRS: tl.constexpr, KEY32: tl.constexpr):
     """Candidates of the groups ``grp`` in list slots ``j``: each group's maximum (it reaches tb:
     that listed the group) to candidate slot ``j``; then, while any group's next token also
     reaches tb (ties, or a second large token: a few groups per row), those to slots from
@@ -383,7 +407,7 @@ def _gather_step(grp, xa, xb, tb, j, nsel, cand_row, extra_at, counter,
     cb = _ranked(xb, grp, pos + 1, G, PAIRS)
     live = j < nsel
     top = tl.max(tl.maximum(ca, cb), axis=1)
-    tl.store(cand_row + j, _sort_key_of(top, grp, G, PAIRS), mask=live)
+    tl.store(cand_row + j, _cand_key(top, grp, j, G, CAP, PAIRS, KEY32), mask=live)
     taken = _taken(PAIRS)  # below every rank key
     n_extra = nsel * 0
     ca = tl.where(ca == top[:, None], taken, ca)
@@ -397,7 +421,7 @@ def _gather_step(grp, xa, xb, tb, j, nsel, cand_row, extra_at, counter,
         else:
             base = extra_at + tl.atomic_add(counter, more, sem="relaxed")
         at = base + tl.cumsum(has.to(tl.int32), axis=0) - 1
-        tl.store(cand_row + at, _sort_key_of(top, grp, G, PAIRS), mask=has & (at < CAP))
+        tl.store(cand_row + at, _cand_key(top, grp, j, G, CAP, PAIRS, KEY32), mask=has & (at < CAP))
         n_extra += more
         ca = tl.where(ca == top[:, None], taken, ca)
         cb = tl.where(cb == top[:, None], taken, cb)
@@ -409,7 +433,8 @@ def _gather_step(grp, xa, xb, tb, j, nsel, cand_row, extra_at, counter,
 
 @triton.jit
 def _compact_candidates(row, V, tb, gidx_row, nsel, cand_row,
-                        G: tl.constexpr, GT: tl.constexpr, CAP: tl.constexpr, PAIRS: tl.constexpr):
+                        G: tl.constexpr, GT: tl.constexpr, CAP: tl.constexpr, PAIRS: tl.constexpr,
+                        KEY32: tl.constexpr):
     """Write the sort keys of the tokens of the listed groups that reach ``tb``; return their count.
 
     Groups' maxima go to slots [0, nsel), the few others after them (:func:`_gather_step`).
@@ -420,32 +445,43 @@ def _compact_candidates(row, V, tb, gidx_row, nsel, cand_row,
     n_extra = nsel * 0
     for j0 in range(0, nsel, GT):
         grp_next, xa_next, xb_next = _load_groups(row, V, gidx_row, j0 + GT + ga, nsel, G, PAIRS)
-        n_extra += _gather_step(grp, xa, xb, tb, j0 + ga, nsel, cand_row, nsel + n_extra, None, G, CAP, PAIRS)
+        n_extra += _gather_step(grp, xa, xb, tb, j0 + ga, nsel, cand_row, nsel + n_extra, None, G, CAP, PAIRS,
+                                KEY32)
         grp, xa, xb = grp_next, xa_next, xb_next
     return nsel + n_extra
 
 
 @triton.jit
-def _top_keys(row, V, K, tb, cand_row, ncand, K_P: tl.constexpr, CAP: tl.constexpr):
-    """Exact top-``K_P`` keys, descending (the first K are the answer).
+def _row_tile_keys(row, V, tb, t, CAP: tl.constexpr):
+    """Sort keys of the row's tokens [t * CAP, (t + 1) * CAP) that reach ``tb`` (PAD for the rest)."""
+    idx = t * CAP + tl.arange(0, CAP)
+    x = tl.load(row + idx, mask=idx < V, other=float("-inf")).to(tl.float32)
+    key, tk = _sort_keys(x, idx)
+    return tl.where((idx < V) & (tk + KEY_BIAS >= tb), key, PAD)
 
-    From the candidate buffer when it holds every candidate (``ncand <= CAP``: one sort); else
-    the slow path, a running merge over the whole row in id order that sorts a tile only if one
-    of its keys beats the current K-th best (so an all-equal row costs one sort).
+
+@triton.jit
+def _top_keys(row, V, K, tb, cand_row, ncand, K_P: tl.constexpr, CAP: tl.constexpr, BUFFER: tl.constexpr):
+    """Exact top-``K_P`` int64 sort keys, descending (the first K are the answer).
+
+    From the candidate buffer when it holds every candidate (``ncand <= CAP``; ``BUFFER``: it holds
+    int64 sort keys): one sort. Else the slow path, a running merge over the whole row in id order
+    that sorts a tile only if one of its keys beats the current K-th best (so an all-equal row
+    costs one sort).
     """
     ka = tl.arange(0, K_P)
-    ca = tl.arange(0, CAP)
-    in_buffer = ncand <= CAP
+    in_buffer = (ncand <= CAP) & BUFFER
     state = tl.full([K_P], PAD, tl.int64)
     kth = tl.min(state, axis=0)
     for t in range(tl.where(in_buffer, 1, tl.cdiv(V, CAP))):
-        if in_buffer:
-            keys = tl.load(cand_row + ca, mask=ca < ncand, other=PAD, cache_modifier=".cg")
+        if BUFFER:
+            if in_buffer:
+                keys = tl.load(cand_row + tl.arange(0, CAP), mask=tl.arange(0, CAP) < ncand, other=PAD,
+                               cache_modifier=".cg")
+            else:
+                keys = _row_tile_keys(row, V, tb, t, CAP)
         else:
-            idx = t * CAP + ca
-            x = tl.load(row + idx, mask=idx < V, other=float("-inf")).to(tl.float32)
-            key, tk = _sort_keys(x, idx)
-            keys = tl.where((idx < V) & (tk + KEY_BIAS >= tb), key, PAD)
+            keys = _row_tile_keys(row, V, tb, t, CAP)
         if tl.max(keys, axis=0) > kth:
             top = _top_desc(keys, K_P)
             if in_buffer:
@@ -456,16 +492,34 @@ def _top_keys(row, V, K, tb, cand_row, ncand, K_P: tl.constexpr, CAP: tl.constex
     return state
 
 
+@triton.jit
+def _top_candidates(row, V, K, tb, cand_row, gidx_row, ncand, id_offset,
+                    G: tl.constexpr, K_P: tl.constexpr, CAP: tl.constexpr, KEY32: tl.constexpr):
+    """Values and global ids of the row's exact top ``K_P`` (the first K are the answer): one sort
+    of the candidate buffer (int32 keys when ``KEY32``), or past ``CAP`` candidates the slow path."""
+    if KEY32:
+        if ncand <= CAP:
+            ca = tl.arange(0, CAP)
+            keys = tl.load(cand_row + ca, mask=ca < ncand, other=-1, cache_modifier=".cg")
+            val, ids = _decode32(_top_desc(keys, K_P), gidx_row, id_offset, G, CAP)
+        else:
+            val, ids = _decode(_top_keys(row, V, K, tb, cand_row, ncand, K_P, CAP, False), id_offset)
+    else:
+        val, ids = _decode(_top_keys(row, V, K, tb, cand_row, ncand, K_P, CAP, True), id_offset)
+    return val, ids
+
+
 @triton.jit(do_not_specialize=["S"])
 def select_kernel(
     x_ptr, stride_row, V, M, S, K, id_offset,
     gkey_ptr, part_ptr, gidx_ptr, cand_ptr, val_ptr, id_ptr, lse_ptr,
     MB: tl.constexpr, MT: tl.constexpr, G: tl.constexpr, GT: tl.constexpr,
     K_P: tl.constexpr, CAP: tl.constexpr, UNROLL: tl.constexpr, SP: tl.constexpr, R: tl.constexpr,
-    PAIRS: tl.constexpr,
+    PAIRS: tl.constexpr, KEY32: tl.constexpr,
 ):
     """Per row: logsumexp, then the exact top-K (value desc, id asc) from the few candidates.
-    ``PAIRS``: bf16 rows read as int32 words (see ``stream_kernel``)."""
+    ``PAIRS``: bf16 rows read as int32 words (see ``stream_kernel``); ``KEY32``: int32 candidate
+    keys (:func:`_cand_key`)."""
     if PDL:
         gdc_wait()  # launched dependent on stream_kernel: its keys and partials are visible after this
     r = tl.program_id(0).to(tl.int64)
@@ -478,9 +532,9 @@ def select_kernel(
     ncand = nsel + CAP  # > CAP: "overflow" unless the candidates are gathered below
     if nsel <= CAP:
         tl.debug_barrier()  # the group list was written by other threads of this program
-        ncand = _compact_candidates(row, V, tb, gidx_row, nsel, cand_row, G, GT, CAP, PAIRS)
+        ncand = _compact_candidates(row, V, tb, gidx_row, nsel, cand_row, G, GT, CAP, PAIRS, KEY32)
     tl.debug_barrier()  # the candidate keys too
-    val, ids = _decode(_top_keys(row, V, K, tb, cand_row, ncand, K_P, CAP), id_offset)
+    val, ids = _top_candidates(row, V, K, tb, cand_row, gidx_row, ncand, id_offset, G, K_P, CAP, KEY32)
     o = tl.arange(0, K_P)
     tl.store(val_ptr + r * K + o, val, mask=o < K)
     tl.store(id_ptr + r * K + o, ids, mask=o < K)
@@ -509,6 +563,7 @@ def threshold_kernel(
 def gather_kernel(
     x_ptr, stride_row, V, K, id_offset, gidx_ptr, state_ptr, cand_ptr, val_ptr, id_ptr,
     G: tl.constexpr, GT: tl.constexpr, K_P: tl.constexpr, CAP: tl.constexpr, PAIRS: tl.constexpr,
+    KEY32: tl.constexpr,
 ):
     """Per (row, slice of ``GT`` listed groups), the second half: the tokens of these groups that
     reach ``tb`` go to the row's candidate buffer (:func:`_gather_step`: each group's maximum to
@@ -533,12 +588,12 @@ def gather_kernel(
     if (nsel <= CAP) & (p * GT < nsel):
         j = p * GT + tl.arange(0, GT)
         grp, xa, xb = _load_groups(row, V, gidx_row, j, nsel, G, PAIRS)
-        _gather_step(grp, xa, xb, tb, j, nsel, cand_row, nsel, st + 2, G, CAP, PAIRS)
+        _gather_step(grp, xa, xb, tb, j, nsel, cand_row, nsel, st + 2, G, CAP, PAIRS, KEY32)
     tl.debug_barrier()
     if tl.atomic_add(st + 3, 1, sem="acq_rel", scope="gpu") == tl.num_programs(1) - 1:
         tl.debug_barrier()
         ncand = tl.where(nsel <= CAP, nsel + tl.load(st + 2, cache_modifier=".cg"), CAP + 1)
-        val, ids = _decode(_top_keys(row, V, K, tb, cand_row, ncand, K_P, CAP), id_offset)
+        val, ids = _top_candidates(row, V, K, tb, cand_row, gidx_row, ncand, id_offset, G, K_P, CAP, KEY32)
         o = tl.arange(0, K_P)
         tl.store(val_ptr + r * K + o, val, mask=o < K)
         tl.store(id_ptr + r * K + o, ids, mask=o < K)

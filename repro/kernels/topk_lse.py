@@ -187,6 +187,12 @@ def stream_pairs(x2: torch.Tensor) -> bool:
             and x2.data_ptr() % 4 == 0)
 
 
+def int32_candidates(p: Plan, *, pairs: bool) -> bool:
+    """Whether the select keys candidates as int32 (bf16 value, list slot, position in group; see
+    ``_cand_key``) rather than int64: for bf16 rows read in pairs, while CAP * G fits 15 bits."""
+    return pairs and p.cap * p.group <= 2**15
+
+
 def _check_args(x: torch.Tensor, k: int, id_offset: int) -> None:
     if not isinstance(x, torch.Tensor) or x.dim() < 1:
         msg = (
@@ -254,12 +260,13 @@ def prepare(
     gkeys = torch.empty((p.rows, p.groups), dtype=torch.int16, device=dev)
     parts = torch.empty((p.rows, p.splits, 2), dtype=torch.float32, device=dev)
     gidx = torch.empty((p.rows, p.cap), dtype=torch.int32, device=dev)
-    cand = torch.empty((p.rows, p.cap), dtype=torch.int64, device=dev)
+    pairs = p.group > 1 and stream_pairs(x2)
+    key32 = int32_candidates(p, pairs=pairs)
+    cand = torch.empty((p.rows, p.cap), dtype=torch.int32 if key32 else torch.int64, device=dev)
 
     select_consts = {"MB": p.scan_block, "MT": p.scan_tail, "G": p.group, "GT": p.gather_groups, "K_P": p.k_pow2,
                      "CAP": p.cap, "UNROLL": p.bisect_unroll, "SP": p.lse_block, "R": p.super_keys}
 
-    pairs = p.group > 1 and stream_pairs(x2)
 
     def launch_stream() -> None:
         if p.rows:
@@ -280,7 +287,8 @@ def prepare(
             )
             kern.gather_kernel[(p.rows, -(-p.cap // p.gather_groups))](
                 x2, x2.stride(0), vocab, k, id_offset, gidx, state, cand, logits, ids,
-                G=p.group, GT=p.gather_groups, K_P=p.k_pow2, CAP=p.cap, PAIRS=pairs, num_warps=p.select_warps,
+                G=p.group, GT=p.gather_groups, K_P=p.k_pow2, CAP=p.cap, PAIRS=pairs, KEY32=key32,
+                num_warps=p.select_warps,
                 **dependent, **({"maxnreg": p.select_maxnreg} if p.select_maxnreg else {}),
             )
 
@@ -290,7 +298,8 @@ def prepare(
         elif p.rows:
             kern.select_kernel[(p.rows,)](
                 x2, x2.stride(0), vocab, p.groups, p.splits, k, id_offset,
-                gkeys, parts, gidx, cand, logits, ids, lse, **select_consts, PAIRS=pairs, num_warps=p.select_warps,
+                gkeys, parts, gidx, cand, logits, ids, lse, **select_consts, PAIRS=pairs, KEY32=key32,
+                num_warps=p.select_warps,
                 **dependent, **({"maxnreg": p.select_maxnreg} if p.select_maxnreg else {}),
             )
 

@@ -38,17 +38,19 @@ POINTER_TYPES = {
 """Pointer arguments of the kernels by name (bf16 drafter logits); other arguments are i32."""
 
 
-def _compile(fn, constants: dict[str, int], values: dict[str, int], num_warps: int, arch: int, maxnreg: int = 0) -> bytes:
+def _compile(fn, constants: dict[str, int], values: dict[str, int], num_warps: int, arch: int, maxnreg: int = 0,
+             pointers: dict[str, str] | None = None) -> bytes:
     """The cubin of triton function ``fn`` for sm_``arch``, specialised as the JIT would be at run
-    time: ``constants`` as constexprs, pointers 16-byte aligned, and each int of ``values`` that is
-    a multiple of 16 marked so (unless the kernel opts out with ``do_not_specialize``); ``maxnreg``
-    caps registers per thread (0: no cap)."""
+    time: ``constants`` as constexprs, pointers 16-byte aligned (typed as ``POINTER_TYPES``, then
+    ``pointers``), and each int of ``values`` that is a multiple of 16 marked so (unless the kernel
+    opts out with ``do_not_specialize``); ``maxnreg`` caps registers per thread (0: no cap)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     names = [p.name for p in fn.params]
-    signature = {n: "constexpr" if n in constants else POINTER_TYPES.get(n, "i64" if n == "id_offset" else "i32")
+    types = {**POINTER_TYPES, **(pointers or {})}
+    signature = {n: "constexpr" if n in constants else types.get(n, "i64" if n == "id_offset" else "i32")
                  for n in names}
     aligned = [n for n in names if n in POINTER_TYPES or (
         n in values and values[n] % 16 == 0 and not fn.params[names.index(n)].do_not_specialize)]
@@ -83,25 +85,27 @@ def cubin_size(cubin: bytes) -> dict[str, int]:
 def topk_kernel_sizes(rows: int, vocab: int, k: int, config, arch: int = 90) -> dict[str, dict[str, int]]:
     """``cubin_size`` of the stream and select kernels as ``topk_lse`` would launch them."""
     from repro.kernels import _topk_lse_triton as kern
-    from repro.kernels.topk_lse import make_plan
+    from repro.kernels.topk_lse import int32_candidates, make_plan
 
     p = make_plan(rows, vocab, k, config)
     values = {"stride_row": vocab, "V": vocab, "M": p.groups, "chunk": p.chunk, "S": p.splits, "K": k, "id_offset": 0}
     pairs = vocab % 2 == 0 and p.group > 1  # bf16 rows of even length (topk_lse.stream_pairs)
     select = {"MB": p.scan_block, "MT": p.scan_tail, "G": p.group, "GT": p.gather_groups, "K_P": p.k_pow2,
-              "CAP": p.cap, "UNROLL": p.bisect_unroll, "SP": p.lse_block, "R": p.super_keys, "PAIRS": pairs}
+              "CAP": p.cap, "UNROLL": p.bisect_unroll, "SP": p.lse_block, "R": p.super_keys, "PAIRS": pairs,
+              "KEY32": int32_candidates(p, pairs=pairs)}
+    cand = {"cand_ptr": "*i32" if select["KEY32"] else "*i64"}
     stream = _compile(kern.stream_kernel, {"TG": p.tile // p.group, "G": p.group, "STAGES": config.stream_stages,
                                              "PAIRS": pairs}, values, p.stream_warps, arch)
     if p.split_select:
         thresh = _compile(kern.threshold_kernel, {k: select[k] for k in ("MB", "MT", "R", "CAP", "UNROLL", "SP")},
                           values, p.select_warps, arch)
-        gather = _compile(kern.gather_kernel, {k: select[k] for k in ("G", "GT", "K_P", "CAP", "PAIRS")}, values,
-                          p.select_warps, arch, p.select_maxnreg)
+        gather = _compile(kern.gather_kernel, {k: select[k] for k in ("G", "GT", "K_P", "CAP", "PAIRS", "KEY32")},
+                          values, p.select_warps, arch, p.select_maxnreg, cand)
         return {"stream_kernel": cubin_size(stream), "threshold_kernel": cubin_size(thresh),
                 "gather_kernel": cubin_size(gather)}
     return {"stream_kernel": cubin_size(stream),
             "select_kernel": cubin_size(_compile(kern.select_kernel, select, values, p.select_warps, arch,
-                                                 p.select_maxnreg))}
+                                                 p.select_maxnreg, cand))}
 
 
 def tree_kernel_size(budget: int, horizon: int = 15, num_warps: int = 8, arch: int = 90) -> dict[str, dict[str, int]]:

@@ -33,6 +33,7 @@ CASES = [
     ("boundary-ties", "boundary", 3, 600, 64, torch.float32, {}),
     ("signed-zeros", "signed_zeros", 2, 500, 16, torch.bfloat16, {}),
     ("k256", "random", 2, 4096, 256, torch.bfloat16, {}),
+    ("k1", "random", 3, 1000, 1, torch.bfloat16, {}),  # one key: no sort network, int32 candidates
     ("tiny-config-random", "random", 2, 999, 16, torch.float16, TINY),
     ("tiny-config-boundary", "boundary", 2, 999, 16, torch.bfloat16, TINY),
     # the threshold search as a loop instead of straight-line code
