@@ -38,9 +38,12 @@ SELECT_WIDE_ROWS = 256
 (docs/PERFORMANCE.md, session 4): 8 warps faster at 15 and 120 rows, 4 warps at 480 and 960."""
 
 
-AUTO_GATHER = (4096, 2048)
-"""Tokens per candidate-gather step when ``TopKConfig.gather`` is 0: in the one-launch select, and
-per program of the split select's gather_kernel (a row over more programs)."""
+GATHER_PER_THREAD = 32
+"""Tokens per select thread in a candidate-gather step of the one-launch select when
+``TopKConfig.gather`` is 0 (bs 8: 8 warps, 8192; bs 32/64: 4 warps, 4096)."""
+
+SPLIT_GATHER = 2048
+"""Tokens per program of the split select's gather_kernel when ``TopKConfig.gather`` is 0."""
 
 _CHOICES = {
     "super_keys": (1, 2, 4, 8, 16), "bisect_unroll": (1, 2, 4, 8, 16), "cap_mult": (2, 4, 8),
@@ -54,16 +57,17 @@ class TopKConfig:
     """Kernel tunables; ``verify/bench/bench_topk.py --sweep`` measures alternatives."""
 
     tile: int = 4096  # tokens per stream-kernel step (power of two, >= group)
-    programs: int = 4096  # target stream-kernel programs (rows x splits): fills the GPU at bs 1; short programs
-    # shrink the last wave (H200 stream only, us at bs 1/8/32/64: 1024: 4.1/14.7/56.5/94.6, 4096: 4.1/15.5/48.3/94.4)
+    programs: int = 2048  # target stream-kernel programs (rows x splits; at bs 1 capped by whole tiles per row);
+    # H200, whole top-K timed in turn (session 9), bs 8/32/64: 2048 28.9/71.2/138.5 us, 4096 30.5/71.4/137.9,
+    # 1536 34.0/70.9/138.2, 1024 33.7 at bs 8
     stream_warps: int = 8
     select_warps: int = 0  # 0 = auto: 8 below SELECT_WIDE_ROWS rows (latency-bound), else 4 (more rows per SM)
     group: int = 0  # tokens per group key; 0 = auto (32, smaller when V is small against k)
     cap_mult: int = 2  # candidate buffer = max(cap_mult * next_pow2(k), min_cap) keys per row
     min_cap: int = 128
     gather: int = 0  # tokens per candidate-gather step of the select kernel (per program of gather_kernel);
-    # 0 = auto: AUTO_GATHER. H200, whole top-K timed in turn at bs 1/8/32/64 (session 9): 4096 19.9/32.7/79.4/148.4 us,
-    # 2048 19.3/-/81.5/153.2 (bs 1: split select), 1024 20.6/38.4/84.0/157.3
+    # 0 = auto: GATHER_PER_THREAD per select thread, SPLIT_GATHER in gather_kernel. H200, whole top-K timed in
+    # turn (session 9): bs 32/64 4096 79.4/148.4 us, 2048 81.5/153.2; bs 8 (programs 2048) 8192 28.1, 4096 28.9
     scan_block: int = 8192  # group keys the select kernel holds in registers (power of two)
     super_keys: int = 8  # at most this many group keys per super key of the threshold search (1: none); fewer
     # when the row has under 2.5 K super keys (then the search would let through too many candidates)
@@ -167,7 +171,8 @@ def make_plan(rows: int, vocab: int, k: int, config: TopKConfig) -> Plan:
         chunk=chunk,
         k_pow2=k_pow2,
         cap=max(config.cap_mult * k_pow2, config.min_cap),
-        gather_groups=max(1, (config.gather or AUTO_GATHER[split]) // group),
+        gather_groups=max(1, (config.gather or (SPLIT_GATHER if split else GATHER_PER_THREAD * 32 * select_warps))
+                              // group),
         scan_block=head,
         scan_tail=tail,
         bisect_unroll=config.bisect_unroll,

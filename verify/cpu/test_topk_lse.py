@@ -147,10 +147,11 @@ class TestMakePlan:
         p = make_plan(15, 163840, 256, TopKConfig())
         assert p.rows * p.splits > 132
 
-    @pytest.mark.parametrize(("rows", "tokens"), [(15, 2048), (120, 4096), (480, 4096)])
+    @pytest.mark.parametrize(("rows", "tokens"), [(15, 2048), (120, 8192), (480, 4096)])
     def test_auto_gather_step(self, rows, tokens):
-        """gather 0: 4096 tokens a step in the one-launch select (bs 8 and 32), 2048 per program of
-        the split select (bs 1, a row over more programs); an explicit size is kept."""
+        """gather 0: 32 tokens per select thread a step in the one-launch select (bs 8: 8 warps,
+        8192; bs 32: 4 warps, 4096), 2048 per program of the split select (bs 1, a row over more
+        programs); an explicit size is kept."""
         p = make_plan(rows, 163840, 256, TopKConfig())
         assert p.gather_groups * p.group == tokens
         assert make_plan(rows, 163840, 256, TopKConfig(gather=1024)).gather_groups * p.group == 1024
