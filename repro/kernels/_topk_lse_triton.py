@@ -37,6 +37,7 @@ LOG2E = tl.constexpr(1.4426950408889634)
 PAD = tl.constexpr(-(2**63))  # below the key of every finite or infinite float
 LOW32 = tl.constexpr(2**32 - 1)
 KEY_BIAS = tl.constexpr(32768)  # 16-bit order key + bias = unsigned bin in [0, 65536)
+INF_PAIR = tl.constexpr(-8323200)  # 0xFF80FF80: an int32 word of two bf16 -inf
 
 
 @triton.jit
@@ -129,8 +130,8 @@ def stream_kernel(
     (asynchronous copies through shared memory: several tiles in flight per program without
     holding them in registers); the partial last tile (if any) loads masked after it. ``PAIRS``
     (bf16, even V and row stride): the tile is loaded as int32 words of two tokens,
-    :func:`_tile_values`. The dependent select launch may start as soon as every program has
-    (programmatic dependent launch: it waits for this grid's results before reading them).
+    :func:`_tile_values`. The select, launched dependent on this grid, may start once every
+    program has started (programmatic dependent launch; it waits for this grid's results).
     """
     if PDL:
         gdc_launch_dependents()
@@ -143,7 +144,7 @@ def stream_kernel(
         row = x_ptr.to(tl.pointer_type(tl.int32)) + r * (stride_row // 2)
         start = p * (chunk // 2)
         end = tl.minimum(start + chunk // 2, V // 2)
-        other = -8323200  # 0xFF80FF80: two bf16 -inf
+        other = INF_PAIR
     else:
         row = x_ptr + r * stride_row
         start = p * chunk
@@ -312,9 +313,8 @@ def _load_groups(row, V, gidx_row, j, nsel, G: tl.constexpr, PAIRS: tl.constexpr
     grp = tl.load(gidx_row + j, mask=j < nsel, other=0, cache_modifier=".cg")
     ia = grp[:, None] * G + 2 * tl.arange(0, max(G // 2, 1))[None, :]
     if PAIRS:
-        w = tl.load(row.to(tl.pointer_type(tl.int32)) + ia // 2, mask=ia < V, other=-8323200)  # two bf16 -inf
-        xa = (w << 16).to(tl.float32, bitcast=True)
-        xb = (w & -65536).to(tl.float32, bitcast=True)
+        xa, xb = _tile_values(tl.load(row.to(tl.pointer_type(tl.int32)) + ia // 2, mask=ia < V, other=INF_PAIR),
+                              True)
     else:
         xa = tl.load(row + ia, mask=ia < V, other=float("-inf")).to(tl.float32)
         xb = tl.load(row + ia + 1, mask=(ia + 1 < V) & (G > 1), other=float("-inf")).to(tl.float32)

@@ -272,7 +272,6 @@ def prepare(
     select_consts = {"MB": p.scan_block, "MT": p.scan_tail, "G": p.group, "GT": p.gather_groups, "K_P": p.k_pow2,
                      "CAP": p.cap, "UNROLL": p.bisect_unroll, "SP": p.lse_block, "R": p.super_keys}
 
-
     def launch_stream() -> None:
         if p.rows:
             kern.stream_kernel[(p.rows, p.splits)](
