@@ -322,6 +322,13 @@ def _load_groups(row, V, gidx_row, j, nsel, G: tl.constexpr, PAIRS: tl.constexpr
 
 
 @triton.jit
+def _flip16(b):
+    """float32 bits of a bf16 value <-> their order bits (the 16-bit order key in the high half, the
+    low half kept); its own inverse."""
+    return b ^ ((b >> 31) & 0x7FFF0000)
+
+
+@triton.jit
 def _ranked(x, grp, pos, G: tl.constexpr, PAIRS: tl.constexpr):
     """Rank keys of tokens at positions ``pos`` of groups ``grp``: a group's tokens in value order,
     ties by lower id, so a group's maximum is its top candidate and its second the next.
@@ -330,7 +337,7 @@ def _ranked(x, grp, pos, G: tl.constexpr, PAIRS: tl.constexpr):
     one integer max per token. Else the int64 sort key itself."""
     if PAIRS:
         b = (x + 0.0).to(tl.int32, bitcast=True)  # + 0.0: -0.0 becomes +0.0, keyed alike
-        out = (b ^ ((b >> 31) & 0x7FFF0000)) | (G - 1 - pos)
+        out = _flip16(b) | (G - 1 - pos)
     else:
         out = _sort_keys(x, grp[:, None] * G + pos)[0]
     return out
@@ -360,8 +367,7 @@ def _taken(PAIRS: tl.constexpr):
 def _sort_key_of(top, grp, G: tl.constexpr, PAIRS: tl.constexpr):
     """Sort key (local token id) of a group's rank key ``top`` from :func:`_ranked`."""
     if PAIRS:
-        n = top & -65536
-        x = (n ^ ((n >> 31) & 0x7FFF0000)).to(tl.float32, bitcast=True)
+        x = _flip16(top & -65536).to(tl.float32, bitcast=True)
         key = _sort_keys(x, grp * G + G - 1 - (top & 0xFFFF))[0]
     else:
         key = top
@@ -389,7 +395,15 @@ def _decode32(key, gidx_row, id_offset, G: tl.constexpr, CAP: tl.constexpr):
     slot = CAP - 1 - (key // G) % CAP
     grp = tl.load(gidx_row + slot, mask=key >= 0, other=0, cache_modifier=".cg")
     ids = grp.to(tl.int64) * G + (G - 1 - key % G) + id_offset
-    return (n ^ ((n >> 31) & 0x7FFF0000)).to(tl.float32, bitcast=True), ids
+    return _flip16(n).to(tl.float32, bitcast=True), ids
+
+
+@triton.jit
+def _drop_top(ca, cb, top, taken):
+    """Mark each group's token of rank key ``top`` taken; return the halves and the next top."""
+    ca = tl.where(ca == top[:, None], taken, ca)
+    cb = tl.where(cb == top[:, None], taken, cb)
+    return ca, cb, tl.max(tl.maximum(ca, cb), axis=1)
 
 
 @triton.jit
@@ -410,9 +424,7 @@ def _gather_step(grp, xa, xb, tb, j, nsel, cand_row, extra_at, counter,
     tl.store(cand_row + j, _cand_key(top, grp, j, G, CAP, PAIRS, KEY32), mask=live)
     taken = _taken(PAIRS)  # below every rank key
     n_extra = nsel * 0
-    ca = tl.where(ca == top[:, None], taken, ca)
-    cb = tl.where(cb == top[:, None], taken, cb)
-    top = tl.max(tl.maximum(ca, cb), axis=1)
+    ca, cb, top = _drop_top(ca, cb, top, taken)
     has = live & _reaches(top, tb, PAIRS) & (top != taken)
     more = tl.sum(has.to(tl.int32), axis=0)
     while more > 0:
@@ -423,9 +435,7 @@ def _gather_step(grp, xa, xb, tb, j, nsel, cand_row, extra_at, counter,
         at = base + tl.cumsum(has.to(tl.int32), axis=0) - 1
         tl.store(cand_row + at, _cand_key(top, grp, j, G, CAP, PAIRS, KEY32), mask=has & (at < CAP))
         n_extra += more
-        ca = tl.where(ca == top[:, None], taken, ca)
-        cb = tl.where(cb == top[:, None], taken, cb)
-        top = tl.max(tl.maximum(ca, cb), axis=1)
+        ca, cb, top = _drop_top(ca, cb, top, taken)
         has = has & _reaches(top, tb, PAIRS) & (top != taken)
         more = tl.sum(has.to(tl.int32), axis=0)
     return n_extra
