@@ -7,7 +7,8 @@ Compiles the top-K ``stream_kernel`` and ``select_kernel`` (with the launch cons
 ``repro.kernels.topk_lse.make_plan`` picks), or with ``--tree`` the two tree kernels and the
 verify kernel (constants from ``repro.kernels.tree_build``), ahead of time for ``--arch`` (default
 sm_90), then reads the cubin with the ``cuobjdump`` that ships in the triton wheel: registers per thread,
-stack (spill slots), local and shared bytes, and the SASS instruction count. Nsight Compute showed
+stack (spill slots), local and shared bytes, the SASS instruction count, the instructions of each
+loop body, and a digest of the SASS (equal digests: the same machine code). Nsight Compute showed
 the select kernel stalled on instruction fetch (docs/PERFORMANCE.md), so code size and spills are
 leads worth reading before a GPU run; they are not timings.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import re
 import subprocess
@@ -67,22 +69,38 @@ def _cuobjdump() -> Path:
     return Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
 
 
-def cubin_size(cubin: bytes) -> dict[str, int]:
-    """Registers, stack, local and shared bytes, SASS instruction count and 16-byte global stores
-    (``wide_stores``: the verify kernel's fills must stay vectorised) of one cubin."""
+Size = dict[str, int | str | list[int]]
+"""What :func:`cubin_size` reports of one kernel."""
+
+
+def cubin_size(cubin: bytes) -> Size:
+    """Registers, stack, local and shared bytes, SASS instruction count, 16-byte global stores
+    (``wide_stores``: the verify kernel's fills must stay vectorised), the instruction count of
+    each loop body (``loops``: from a backward branch's target to the branch, in address order;
+    a steady-state loop's cost per step) and a digest of the SASS text (``sass_sha256``: equal
+    digests, the same machine code; a refactor that should not change the code can be checked
+    without a GPU) of one cubin."""
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
         usage = subprocess.run([_cuobjdump(), "--dump-resource-usage", f.name],
                                capture_output=True, text=True, check=True).stdout
         sass = subprocess.run([_cuobjdump(), "-sass", f.name], capture_output=True, text=True, check=True).stdout
-    out = {key.lower(): int(value) for key, value in re.findall(r"\b(REG|STACK|SHARED|LOCAL):(\d+)", usage)}
-    out["instructions"] = sum(1 for line in sass.splitlines() if re.match(r"\s+/\*[0-9a-f]+\*/\s", line))
+    out: Size = {
+        key.lower(): int(value) for key, value in re.findall(r"\b(REG|STACK|SHARED|LOCAL):(\d+)", usage)}
+    code = [(int(m[1], 16), m[2]) for m in (re.match(r"\s+/\*([0-9a-f]+)\*/\s+(.*?)\s*;", line)
+                                             for line in sass.splitlines()) if m]
+    out["instructions"] = len(code)
     out["wide_stores"] = sass.count("STG.E.128")
+    out["loops"] = [sum(1 for a, _ in code if target <= a <= at)
+                    for at, text in code
+                    for target in [int(t, 16) for t in re.findall(r"\bBRA\s+(?:\S+\s+)?(0x[0-9a-f]+)", text)]
+                    if target < at]
+    out["sass_sha256"] = hashlib.sha256("\n".join(f"{a:x} {t}" for a, t in code).encode()).hexdigest()
     return out
 
 
-def topk_kernel_sizes(rows: int, vocab: int, k: int, config, arch: int = 90) -> dict[str, dict[str, int]]:
+def topk_kernel_sizes(rows: int, vocab: int, k: int, config, arch: int = 90) -> dict[str, Size]:
     """``cubin_size`` of the stream and select kernels as ``topk_lse`` would launch them."""
     from repro.kernels import _topk_lse_triton as kern
     from repro.kernels.topk_lse import int32_candidates, make_plan
@@ -108,7 +126,7 @@ def topk_kernel_sizes(rows: int, vocab: int, k: int, config, arch: int = 90) -> 
                                                  p.select_maxnreg, cand))}
 
 
-def tree_kernel_size(budget: int, horizon: int = 15, num_warps: int = 8, arch: int = 90) -> dict[str, dict[str, int]]:
+def tree_kernel_size(budget: int, horizon: int = 15, num_warps: int = 8, arch: int = 90) -> dict[str, Size]:
     """``cubin_size`` of the enumeration and frontier tree kernels as ``build_trees_fused`` would
     launch them (K = B <= V), and of the verify kernel as ``verify_tensors_fused`` launches it
     (its own default warps, bs 32)."""

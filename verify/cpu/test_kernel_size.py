@@ -52,6 +52,21 @@ def test_scan_tail_shrinks_the_select_kernel(capsys):
     assert split["stream_kernel"] == one["stream_kernel"]
 
 
+def test_sass_digest_names_the_machine_code(capsys):
+    """The same config compiles to the same SASS digest and a different stream pipeline depth to
+    another; the select kernel, which that setting does not reach, keeps its digest; the stream
+    kernel has one loop, shorter than the kernel."""
+    runs = []
+    for stages in (4, 4, 1):
+        assert kernel_size.main(["--set", f"stream_stages={stages}", "--set", "split_rows=0"]) == 0
+        runs.append(json.loads(capsys.readouterr().out))
+    digests = [[run[name]["sass_sha256"] for name in ("stream_kernel", "select_kernel")] for run in runs]
+    assert digests[0] == digests[1]
+    assert digests[2][0] != digests[0][0] and digests[2][1] == digests[0][1]
+    stream = runs[0]["stream_kernel"]
+    assert len(stream["loops"]) == 1 and 0 < stream["loops"][0] < stream["instructions"]
+
+
 @pytest.mark.parametrize(("setting", "message"), [
     ("bisect_unroll", "--set takes NAME=INT"),
     ("speed=3", "--set NAME must be a TopKConfig field"),
