@@ -185,10 +185,11 @@ def make_plan(rows: int, vocab: int, k: int, config: TopKConfig) -> Plan:
     )
 
 
-def stream_pairs(x2: torch.Tensor) -> bool:
-    """Whether the stream kernel reads 2-D ``x2`` as int32 words of two bf16 tokens (bf16, even
-    vocab and row stride, 4-byte aligned): one instruction per token to widen instead of two."""
-    return (x2.dtype == torch.bfloat16 and x2.shape[-1] % 2 == 0 and x2.stride(0) % 2 == 0
+def stream_pairs(x2: torch.Tensor, group: int = 2) -> bool:
+    """Whether the kernels read 2-D ``x2`` as int32 words of two bf16 tokens (bf16, even vocab and
+    row stride, 4-byte aligned, groups of more than one token): one instruction per token to widen
+    instead of two."""
+    return (group > 1 and x2.dtype == torch.bfloat16 and x2.shape[-1] % 2 == 0 and x2.stride(0) % 2 == 0
             and x2.data_ptr() % 4 == 0)
 
 
@@ -265,7 +266,7 @@ def prepare(
     gkeys = torch.empty((p.rows, p.groups), dtype=torch.int16, device=dev)
     parts = torch.empty((p.rows, p.splits, 2), dtype=torch.float32, device=dev)
     gidx = torch.empty((p.rows, p.cap), dtype=torch.int32, device=dev)
-    pairs = p.group > 1 and stream_pairs(x2)
+    pairs = stream_pairs(x2, p.group)
     key32 = int32_candidates(p, pairs=pairs)
     cand = torch.empty((p.rows, p.cap), dtype=torch.int32 if key32 else torch.int64, device=dev)
 

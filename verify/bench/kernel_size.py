@@ -102,12 +102,14 @@ def cubin_size(cubin: bytes) -> Size:
 
 def topk_kernel_sizes(rows: int, vocab: int, k: int, config, arch: int = 90) -> dict[str, Size]:
     """``cubin_size`` of the stream and select kernels as ``topk_lse`` would launch them."""
+    import torch
+
     from repro.kernels import _topk_lse_triton as kern
-    from repro.kernels.topk_lse import int32_candidates, make_plan
+    from repro.kernels.topk_lse import int32_candidates, make_plan, stream_pairs
 
     p = make_plan(rows, vocab, k, config)
     values = {"stride_row": vocab, "V": vocab, "M": p.groups, "chunk": p.chunk, "S": p.splits, "K": k, "id_offset": 0}
-    pairs = vocab % 2 == 0 and p.group > 1  # bf16 rows of even length (topk_lse.stream_pairs)
+    pairs = stream_pairs(torch.empty((1, vocab), dtype=torch.bfloat16, device="meta"), p.group)  # bf16 rows
     select = {"MB": p.scan_block, "MT": p.scan_tail, "G": p.group, "GT": p.gather_groups, "K_P": p.k_pow2,
               "CAP": p.cap, "UNROLL": p.bisect_unroll, "SP": p.lse_block, "R": p.super_keys, "PAIRS": pairs,
               "KEY32": int32_candidates(p, pairs=pairs)}
