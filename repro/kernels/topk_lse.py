@@ -46,7 +46,7 @@ SPLIT_GATHER = 2048
 """Tokens per program of the split select's gather_kernel when ``TopKConfig.gather`` is 0."""
 
 _CHOICES = {
-    "super_keys": (1, 2, 4, 8, 16), "bisect_unroll": (1, 2, 4, 8, 16), "cap_mult": (2, 4, 8),
+    "super_keys": (1, 2, 4, 8, 16), "search_pivots": (1, 2, 4, 8, 16, 32, 64), "cap_mult": (2, 4, 8),
     "stream_warps": (1, 2, 4, 8, 16), "stream_stages": (1, 2, 3, 4, 6),
 }
 """The values each of these TopKConfig fields may take."""
@@ -71,7 +71,9 @@ class TopKConfig:
     scan_block: int = 8192  # group keys the select kernel holds in registers (power of two)
     super_keys: int = 8  # at most this many group keys per super key of the threshold search (1: none); fewer
     # when the row has under 2.5 K super keys (then the search would let through too many candidates)
-    bisect_unroll: int = 1  # unroll factor of the 16-step threshold search (16: fully, 1: a loop)
+    search_pivots: int = 16  # pivots counted per round of the threshold search (1: a bisection); H200, whole
+    # top-K timed in turn (session 10), us at bs 1/8/32/64: 16 16.1/27.4/71.9/134.1, 8 16.5/28.0/73.0/135.5,
+    # 32 16.5/27.8/72.3/134.6, 64 16.7/28.1/72.7/135.2; bisection (session 9) 17.4/28.7/72.3/135.3
     select_maxnreg: int = 128  # register cap per select thread (0: the compiler's choice); lower fits more rows per SM
     split_rows: int = 64  # below this many rows the select runs as two launches: the threshold per row, then
     # the gather spread over several programs per row, the last of which sorts (a shorter critical path); 0: never.
@@ -124,7 +126,7 @@ class Plan:
     gather_groups: int  # GT: groups per gather step
     scan_block: int  # MB: group keys of the head tile
     scan_tail: int  # MT: group keys of the tail tile after the head (0: none, blocks of MB are loaded past it)
-    bisect_unroll: int
+    search_pivots: int  # P
     stream_warps: int
     select_warps: int
     select_maxnreg: int
@@ -175,7 +177,7 @@ def make_plan(rows: int, vocab: int, k: int, config: TopKConfig) -> Plan:
                               // group),
         scan_block=head,
         scan_tail=tail,
-        bisect_unroll=config.bisect_unroll,
+        search_pivots=config.search_pivots,
         stream_warps=config.stream_warps,
         select_warps=select_warps,
         select_maxnreg=config.select_maxnreg,
@@ -271,7 +273,7 @@ def prepare(
     cand = torch.empty((p.rows, p.cap), dtype=torch.int32 if key32 else torch.int64, device=dev)
 
     select_consts = {"MB": p.scan_block, "MT": p.scan_tail, "G": p.group, "GT": p.gather_groups, "K_P": p.k_pow2,
-                     "CAP": p.cap, "UNROLL": p.bisect_unroll, "SP": p.lse_block, "R": p.super_keys}
+                     "CAP": p.cap, "P": p.search_pivots, "SP": p.lse_block, "R": p.super_keys}
 
     def launch_stream() -> None:
         if p.rows:
@@ -287,7 +289,7 @@ def prepare(
         if p.rows:
             kern.threshold_kernel[(p.rows,)](
                 p.groups, p.splits, k, gkeys, parts, gidx, state, lse,
-                MB=p.scan_block, MT=p.scan_tail, R=p.super_keys, CAP=p.cap, UNROLL=p.bisect_unroll, SP=p.lse_block,
+                MB=p.scan_block, MT=p.scan_tail, R=p.super_keys, CAP=p.cap, P=p.search_pivots, SP=p.lse_block,
                 num_warps=p.select_warps, **dependent,
             )
             kern.gather_kernel[(p.rows, -(-p.cap // p.gather_groups))](

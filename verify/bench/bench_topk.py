@@ -17,7 +17,7 @@ fused result is checked exact against a stable sort before it is timed.
 K 256 over the ``--bs`` values, keeps the config with the best worst-case time/target ratio, and
 uses it for the table. The stages (``SWEEP_STAGES``, pick with ``--stages``; each varies a few
 fields on top of the best config so far, or the defaults for the stages left out): ``stream``
-(tile, stream warps, programs), ``select`` (select warps, gather, bisect unroll, register cap),
+(tile, stream warps, programs), ``select`` (select warps, gather, search pivots, register cap),
 ``keys`` (group size, scan block), ``tail`` (scan_tail off/on: the group keys in one padded
 tile, or a head and a tail tile), ``super`` (group keys per super key of the threshold search,
 with auto or 8 select warps), ``split`` (the select in one launch per row, or two: the
@@ -181,9 +181,9 @@ def sweep_stages() -> list[list[dict]]:
     """Tunable sets tried in order; each stage varies a few fields around the best so far."""
     stream = [{"tile": t, "stream_warps": w, "programs": p}
               for t in (2048, 4096, 8192, 16384) for w in (4, 8, 16) for p in (256, 1024, 4096)]
-    select = [{"select_warps": w, "gather": g, "bisect_unroll": u, "select_maxnreg": r}
+    select = [{"select_warps": w, "gather": g, "search_pivots": u, "select_maxnreg": r}
               for w, g, r in ((4, 2048, 0), (4, 2048, 128), (8, 2048, 0), (8, 2048, 128))
-              for u in (16, 1)]  # 2 and 16 warps, other gathers: slower on the H200 (docs/perf/sweep_select_*)
+              for u in (8, 32)]  # 2 and 16 warps, other gathers: slower on the H200 (docs/perf/sweep_select_*)
     keys = [{"group": g, "scan_block": b} for g, b in ((16, 16384), (32, 2048), (32, 8192), (64, 1024), (64, 4096))]
     tail = [{"scan_tail": t} for t in (False, True)]
     supers = [{"super_keys": r, "select_warps": w} for r in (1, 4, 8) for w in (0, 8)]

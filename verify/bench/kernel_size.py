@@ -1,6 +1,6 @@
 """Static size of the fused DDTree kernels for a GPU architecture, on any machine (no GPU needed).
 
-    python -m verify.bench.kernel_size --k 256 --vocab 163840 --set bisect_unroll=1 --set select_warps=4
+    python -m verify.bench.kernel_size --k 256 --vocab 163840 --set search_pivots=1 --set select_warps=4
     python -m verify.bench.kernel_size --tree --budget 256 --warps 16
 
 Compiles the top-K ``stream_kernel`` and ``select_kernel`` (with the launch constants
@@ -111,13 +111,13 @@ def topk_kernel_sizes(rows: int, vocab: int, k: int, config, arch: int = 90) -> 
     values = {"stride_row": vocab, "V": vocab, "M": p.groups, "chunk": p.chunk, "S": p.splits, "K": k, "id_offset": 0}
     pairs = stream_pairs(torch.empty((1, vocab), dtype=torch.bfloat16, device="meta"), p.group)  # bf16 rows
     select = {"MB": p.scan_block, "MT": p.scan_tail, "G": p.group, "GT": p.gather_groups, "K_P": p.k_pow2,
-              "CAP": p.cap, "UNROLL": p.bisect_unroll, "SP": p.lse_block, "R": p.super_keys, "PAIRS": pairs,
+              "CAP": p.cap, "P": p.search_pivots, "SP": p.lse_block, "R": p.super_keys, "PAIRS": pairs,
               "KEY32": int32_candidates(p, pairs=pairs)}
     cand = {"cand_ptr": "*i32" if select["KEY32"] else "*i64"}
     stream = _compile(kern.stream_kernel, {"TG": p.tile // p.group, "G": p.group, "STAGES": config.stream_stages,
                                              "PAIRS": pairs}, values, p.stream_warps, arch)
     if p.split_select:
-        thresh = _compile(kern.threshold_kernel, {k: select[k] for k in ("MB", "MT", "R", "CAP", "UNROLL", "SP")},
+        thresh = _compile(kern.threshold_kernel, {k: select[k] for k in ("MB", "MT", "R", "CAP", "P", "SP")},
                           values, p.select_warps, arch)
         gather = _compile(kern.gather_kernel, {k: select[k] for k in ("G", "GT", "K_P", "CAP", "PAIRS", "KEY32")},
                           values, p.select_warps, arch, p.select_maxnreg, cand)
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--k", type=int, default=256)
     p.add_argument("--arch", type=int, default=90, help="compute capability as an int (90, 100, 120)")
     p.add_argument("--set", type=_setting, action="append", default=[], metavar="NAME=INT",
-                   help="a TopKConfig field (e.g. bisect_unroll=1); repeatable")
+                   help="a TopKConfig field (e.g. search_pivots=1); repeatable")
     p.add_argument("--tree", action="store_true", help="the tree kernel instead of the top-K kernels")
     p.add_argument("--budget", type=int, default=256, help="with --tree: B in [1, 256]")
     p.add_argument("--warps", type=int, default=8, choices=(1, 2, 4, 8, 16, 32), help="with --tree: num_warps")

@@ -12,20 +12,23 @@ from verify.bench import kernel_size
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
 
 
-def test_loop_threshold_search_shrinks_the_select_kernel(capsys):
-    """At the deployment shape the select kernel compiles for sm_90 without spills, and the
-    threshold search as a loop (bisect_unroll=1, the default) is a smaller program than fully unrolled."""
-    assert kernel_size.main(["--set", "split_rows=0"]) == 0
-    loop = json.loads(capsys.readouterr().out)
-    assert kernel_size.main(["--set", "bisect_unroll=16", "--set", "split_rows=0"]) == 0
-    unrolled = json.loads(capsys.readouterr().out)
-    for sizes in (loop, unrolled):
-        assert sizes["arch"] == "sm_90"
+def test_threshold_search_counts_every_pivot_in_one_histogram(capsys):
+    """At the deployment shape the select kernel compiles for sm_90 without spills whether the
+    threshold search counts 1 or 32 pivots a round (search_pivots), and 32 pivots cost under 10 %
+    more machine code: each round is a histogram of the keys over the pivots' bins, not a
+    comparison of every key with every pivot. The stream kernel is untouched."""
+    sizes = {}
+    for pivots in (1, 32):
+        assert kernel_size.main(["--set", f"search_pivots={pivots}", "--set", "split_rows=0"]) == 0
+        sizes[pivots] = json.loads(capsys.readouterr().out)
+    for run in sizes.values():
+        assert run["arch"] == "sm_90"
         for name in ("stream_kernel", "select_kernel"):
-            assert sizes[name]["local"] == 0 and 0 < sizes[name]["reg"] <= 255
-    assert loop["config"]["bisect_unroll"] == 1 and unrolled["config"]["bisect_unroll"] == 16
-    assert loop["select_kernel"]["instructions"] < 0.9 * unrolled["select_kernel"]["instructions"]
-    assert loop["stream_kernel"] == unrolled["stream_kernel"]
+            assert run[name]["local"] == 0 and run[name]["stack"] == 0 and 0 < run[name]["reg"] <= 255
+    assert sizes[32]["config"]["search_pivots"] == 32 and sizes[1]["config"]["search_pivots"] == 1
+    assert sizes[1]["select_kernel"]["instructions"] < sizes[32]["select_kernel"]["instructions"]
+    assert sizes[32]["select_kernel"]["instructions"] < 1.1 * sizes[1]["select_kernel"]["instructions"]
+    assert sizes[32]["stream_kernel"] == sizes[1]["stream_kernel"]
 
 
 def test_register_cap_reaches_the_select_compile(capsys):
@@ -68,9 +71,9 @@ def test_sass_digest_names_the_machine_code(capsys):
 
 
 @pytest.mark.parametrize(("setting", "message"), [
-    ("bisect_unroll", "--set takes NAME=INT"),
+    ("search_pivots", "--set takes NAME=INT"),
     ("speed=3", "--set NAME must be a TopKConfig field"),
-    ("bisect_unroll=3", "TopKConfig.bisect_unroll must be 1, 2, 4, 8 or 16"),
+    ("search_pivots=3", "TopKConfig.search_pivots must be 1, 2, 4, 8, 16, 32 or 64"),
 ])
 def test_bad_settings_are_usage_errors(capsys, setting, message):
     """A malformed, unknown or invalid --set exits 2 with one line naming it."""

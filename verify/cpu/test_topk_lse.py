@@ -36,10 +36,11 @@ CASES = [
     ("k1", "random", 3, 1000, 1, torch.bfloat16, {}),  # one key: no sort network, int32 candidates
     ("tiny-config-random", "random", 2, 999, 16, torch.float16, TINY),
     ("tiny-config-boundary", "boundary", 2, 999, 16, torch.bfloat16, TINY),
-    # the threshold search as a loop instead of straight-line code
-    ("bisect-loop-random", "random", 3, 1000, 64, torch.bfloat16, {"bisect_unroll": 1}),
-    ("bisect-loop-boundary", "boundary", 3, 600, 64, torch.float32, {"bisect_unroll": 4}),
-    ("bisect-loop-tied", "tied", 2, 700, 7, torch.bfloat16, {"bisect_unroll": 1}),
+    # the threshold search with one pivot per round (a bisection), with 4, and with 64
+    ("bisection-random", "random", 3, 1000, 64, torch.bfloat16, {"search_pivots": 1}),
+    ("pivots-4-boundary", "boundary", 3, 600, 64, torch.float32, {"search_pivots": 4}),
+    ("bisection-tied", "tied", 2, 700, 7, torch.bfloat16, {"search_pivots": 1}),
+    ("pivots-64-peaked", "peaked", 2, 2000, 16, torch.bfloat16, {"search_pivots": 64}),
     # group keys as a head and a tail tile (M 500: 256 + 256; M 260: 256 + 4; M 44: 32 + 16, slow path)
     ("scan-tail-random", "random", 3, 1000, 64, torch.bfloat16, {"scan_tail": True}),
     ("scan-tail-boundary", "boundary", 3, 1040, 16, torch.bfloat16, {"group": 4, "scan_tail": True}),
@@ -227,8 +228,8 @@ class TestArguments:
         """A tile that is not a power of two is refused when the config is built."""
         with pytest.raises(ValueError, match=r"TopKConfig.tile must be a power of two \(got 3000\)"):
             TopKConfig(tile=3000)
-        with pytest.raises(ValueError, match=r"TopKConfig.bisect_unroll must be 1, 2, 4, 8 or 16 \(got 3\)"):
-            TopKConfig(bisect_unroll=3)
+        with pytest.raises(ValueError, match=r"TopKConfig.search_pivots must be 1, 2, 4, 8, 16, 32 or 64 \(got 3\)"):
+            TopKConfig(search_pivots=3)
         with pytest.raises(ValueError, match=r"TopKConfig.select_maxnreg must be 0 or in \[32, 255\] \(got 16\)"):
             TopKConfig(select_maxnreg=16)
         with pytest.raises(ValueError, match=r"TopKConfig.cap_mult must be 2, 4 or 8 \(got 3\)"):

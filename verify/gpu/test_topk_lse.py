@@ -21,7 +21,7 @@ CONFIGS = [
     TopKConfig(tile=16384, stream_warps=16, programs=256, select_warps=8, gather=4096, group=64),
     TopKConfig(tile=1024, stream_warps=4, programs=4096, select_warps=2, gather=1024, group=16),
     TopKConfig(scan_block=512, min_cap=1, cap_mult=2),
-    TopKConfig(bisect_unroll=1),
+    TopKConfig(search_pivots=1),
     TopKConfig(scan_tail=False),
     TopKConfig(split_rows=0),
     TopKConfig(split_rows=1 << 30),
@@ -37,7 +37,7 @@ def test_matches_stable_sort_on_every_kind(vocab, k, dtype):
         assert_exact(x, k, topk_lse(x.cuda(), k))
 
 
-@pytest.mark.parametrize("config", CONFIGS, ids=["big-tiles", "small-tiles", "tiny-buffers", "bisect-loop", "one-key-tile",
+@pytest.mark.parametrize("config", CONFIGS, ids=["big-tiles", "small-tiles", "tiny-buffers", "bisection", "one-key-tile",
                                                "one-select", "split-select", "one-stream-stage"])
 @pytest.mark.parametrize("kind", ["random", "peaked", "boundary", "tied"])
 def test_swept_configs_stay_exact(config, kind):
