@@ -183,7 +183,7 @@ def sweep_stages() -> list[list[dict]]:
               for t in (2048, 4096, 8192, 16384) for w in (4, 8, 16) for p in (256, 1024, 4096)]
     select = [{"select_warps": w, "gather": g, "search_pivots": u, "select_maxnreg": r}
               for w, g, r in ((4, 2048, 0), (4, 2048, 128), (8, 2048, 0), (8, 2048, 128))
-              for u in (8, 32)]  # 2 and 16 warps, other gathers: slower on the H200 (docs/perf/sweep_select_*)
+              for u in (16, 32)]  # 2 and 16 warps, other gathers: slower on the H200 (docs/perf/sweep_select_*)
     keys = [{"group": g, "scan_block": b} for g, b in ((16, 16384), (32, 2048), (32, 8192), (64, 1024), (64, 4096))]
     tail = [{"scan_tail": t} for t in (False, True)]
     supers = [{"super_keys": r, "select_warps": w} for r in (1, 4, 8) for w in (0, 8)]
