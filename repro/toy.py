@@ -14,7 +14,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from repro.ddtree import NOT_ACCEPTED, VerifyTensors, ddtree_round, greedy_tokens, kv_slots_to_keep, sample_target_tokens
+from repro.ddtree import greedy_tokens, sample_target_tokens
+from repro.ddtree.accept import Accepted, SlotTable
+from repro.ddtree.tensors import tree_mask_index
+from repro.round import Drafted, DraftTail, ddtree_round
 
 
 @dataclass
@@ -97,25 +100,15 @@ class ToyTarget:
         cache.append(k, v, hidden, torch.ones(bs, dtype=torch.int64))
         return logits[:, 0], hidden[:, 0]
 
-    def verify(self, vt: VerifyTensors, cache: KVCache) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Tree verify: every node attends to the committed cache and, per the flattened FULL
-        mask, to the tree rows it may see. Returns logits [bs, N, V], hidden, k, v [bs, N, H]."""
-        bs, n, _ = vt.ancestor_mask.shape
-        allow = _unflatten_full_mask(vt.full_mask, cache.lens, n, cache.k.shape[1])
-        tokens = vt.input_ids.view(bs, n)
-        return self.forward(tokens, vt.positions.view(bs, n), cache, allow)
-
-
-def _unflatten_full_mask(flat: torch.Tensor, lens: torch.Tensor, n: int, capacity: int) -> torch.Tensor:
-    """Read SGLang's flat [sum_b N*(S_b+N)] mask into [bs, N, capacity+N] over (cache, tree)."""
-    row_len = lens + n
-    start = torch.cumsum(n * row_len, 0) - n * row_len
-    col = torch.arange(capacity + n)
-    src_col = torch.where(col[None, :] < capacity, col[None, :], lens[:, None] + col[None, :] - capacity)
-    inside = (col[None, :] < lens[:, None]) | (col[None, :] >= capacity)
-    rows = torch.arange(n)
-    idx = start[:, None, None] + rows[None, :, None] * row_len[:, None, None] + src_col[:, None, :]
-    return flat[idx.clamp(max=flat.numel() - 1)] & inside[:, None, :]
+    def verify(self, drafted: Drafted, cache: KVCache) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Tree verify: every node attends to the committed cache and, per the ancestor blocks of
+        the flat FULL mask, to the tree rows it may see. Returns logits [bs, N, V], hidden, k, v
+        [bs, N, H]."""
+        bs, n = drafted.tree.tokens.shape
+        anc = drafted.mask[tree_mask_index(cache.lens, n)].bool()  # [bs, N, N]
+        committed = torch.arange(cache.k.shape[1])[None, None, :] < cache.lens[:, None, None]
+        allow = torch.cat([committed.expand(bs, n, -1), anc], 2)
+        return self.forward(drafted.input_ids.view(bs, n), drafted.positions.view(bs, n), cache, allow)
 
 
 class ToyDrafter:
@@ -186,6 +179,51 @@ def decode_ar(target: ToyTarget, prompts: torch.Tensor, new_tokens: int, samplin
     return Decoded(torch.stack(out, 1).tolist(), cache.hidden)
 
 
+class _ToyEngine:
+    """The toy pair as a round engine (``repro.round.Engine``): eager tail, cache appends."""
+
+    def __init__(self, target: ToyTarget, drafter: ToyDrafter, cache: KVCache, roots: torch.Tensor,
+                 sampling: Sampling, gen: torch.Generator) -> None:
+        self.model, self.drafter, self.cache, self.roots = target, drafter, cache, roots
+        self.sampling, self.gen = sampling, gen
+        self._verified: tuple[torch.Tensor, ...] = ()
+
+    @property
+    def prefix_lens(self) -> torch.Tensor:
+        """Committed lengths (the root is not in the cache yet)."""
+        return self.cache.lens
+
+    def draft(self, tail: DraftTail) -> Drafted:
+        """The noisy-oracle drafter's rows, then the tail on them."""
+        bs, n = self.roots.shape[0], tail.n
+        mask = torch.zeros(n * int(self.cache.lens.sum()) + bs * n * n, dtype=torch.bool)
+        return tail(self.drafter.draft(self.roots, self.cache), self.roots, self.cache.lens, mask)
+
+    def target(self, drafted: Drafted) -> torch.Tensor:
+        """The toy target's tree verify; its hidden states and K/V wait for the commit."""
+        logits, *self._verified = self.model.verify(drafted, self.cache)
+        return logits.reshape(-1, logits.shape[-1])
+
+    def choose(self, logits: torch.Tensor) -> torch.Tensor:
+        """The decoding rule at every node."""
+        bs = self.roots.shape[0]
+        return self.sampling.choose(logits.view(bs, -1, logits.shape[-1]), self.gen)
+
+    def slots(self) -> SlotTable | None:
+        """The toy cache appends rows instead of keeping a slot table."""
+        return None
+
+    def accept_out(self, bs: int) -> Accepted | None:  # noqa: ARG002 - the toy allocates
+        """No preallocated outputs."""
+        return None
+
+    def commit(self, drafted: Drafted, accepted: Accepted) -> None:  # noqa: ARG002 - rows say it all
+        """Append the accepted path's K/V and hidden states (verify rows in path order)."""
+        rows = accepted.rows
+        hidden, k, v = (t.reshape(-1, t.shape[-1])[rows] for t in self._verified)
+        self.cache.append(k, v, hidden, accepted.accept_len.to(torch.int64))
+
+
 def decode_ddtree(
     target: ToyTarget,
     drafter: ToyDrafter,
@@ -203,37 +241,17 @@ def decode_ddtree(
     tokens = [[int(t)] for t in roots]
     result = Decoded(tokens, list(cache.hidden))  # lists shared with the cache: filled as it commits
     live = list(range(prompts.shape[0]))  # original index of each request still in the batch
-    scratch: dict[str, torch.Tensor] = {}
-
-    def run_target(vt: VerifyTensors) -> torch.Tensor:
-        logits, hidden, k, v = target.verify(vt, cache)
-        scratch.update(hidden=hidden, k=k, v=v)
-        return logits
-
+    tail = DraftTail(budget, drafter.horizon, target.vocab)
     while live:
-        bs = len(live)
-        out = ddtree_round(
-            drafter.draft(roots, cache),
-            roots,
-            budget,
-            cache.lens,
-            int(cache.lens.sum()),
-            run_target,
-            lambda logits: sampling.choose(logits, gen),
-        )
-        n = out.tree.n
-        rows = kv_slots_to_keep(torch.arange(bs * n), out.walk, n).clamp(min=0)  # row b*N+i wrote slot b*N+i
-        k, v, hidden = (scratch[name].reshape(bs * n, -1)[rows] for name in ("k", "v", "hidden"))
-        cache.append(k, v, hidden, out.walk.accept_len)
-        taus = out.walk.accept_len.tolist()
-        for b, (row, tau) in enumerate(zip(out.emitted.tolist(), taus, strict=True)):
-            assert NOT_ACCEPTED not in row[:tau]
+        rnd = ddtree_round(_ToyEngine(target, drafter, cache, roots, sampling, gen), tail)
+        taus = rnd.accepted.accept_len.tolist()
+        for b, (row, tau) in enumerate(zip(rnd.accepted.tokens.tolist(), taus, strict=True)):
             tokens[live[b]].extend(row[:tau])
         result.taus.append(taus)
         if len(result.trees) < keep_trees:
-            result.trees.append((out.tree, out.walk))
+            result.trees.append((rnd.drafted.tree, rnd.accepted.walk_result()))
         going = torch.tensor([len(tokens[i]) < new_tokens for i in live])
         live = [i for i, g in zip(live, going.tolist(), strict=True) if g]
-        cache, roots = cache.select(going), out.walk.bonus[going]
+        cache, roots = cache.select(going), rnd.accepted.bonus[going]
     result.tokens = [t[:new_tokens] for t in tokens]
     return result

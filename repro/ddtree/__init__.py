@@ -5,9 +5,9 @@ code, no files, no environment variables. ``reference`` (the heap oracle) is del
 re-exported: tests and ``repro golden`` import it by name.
 """
 
+from repro.ddtree.accept import Accepted, SlotTable, accept
 from repro.ddtree.commit import Emission, accepted_rows, emitted_tokens, finish_host, kv_slots_to_keep
-from repro.ddtree.round import RoundOutput, ddtree_round
-from repro.ddtree.tensors import ancestor_mask, full_mask, positions, tree_pointers, verify_tensors
+from repro.ddtree.tensors import ancestor_mask, full_mask, positions, tree_inputs, tree_pointers, verify_tensors
 from repro.ddtree.topk import merge_topk, topk_logprobs
 from repro.ddtree.tree import build_trees, build_trees_from_topk
 from repro.ddtree.types import (
@@ -29,17 +29,18 @@ __all__ = [
     "NO_PARENT",
     "NO_SIBLING",
     "NO_TOKEN",
+    "Accepted",
     "DraftTree",
     "Emission",
-    "RoundOutput",
+    "SlotTable",
     "TopK",
     "VerifyTensors",
     "WalkResult",
+    "accept",
     "accepted_rows",
     "ancestor_mask",
     "build_trees",
     "build_trees_from_topk",
-    "ddtree_round",
     "emitted_tokens",
     "finish_host",
     "full_mask",
@@ -49,6 +50,7 @@ __all__ = [
     "positions",
     "sample_target_tokens",
     "topk_logprobs",
+    "tree_inputs",
     "tree_pointers",
     "verify_tensors",
     "walk",

@@ -30,6 +30,19 @@ def ancestor_mask(tree: DraftTree) -> torch.Tensor:
     return mask[..., :n]
 
 
+def tree_mask_index(prefix_lens: torch.Tensor, n: int) -> torch.Tensor:
+    """[bs, N, N] int64 offsets of each request's ancestor block in the flat FULL mask.
+
+    Request b's N rows of ``S_b + N`` columns start after every earlier request's rows; the
+    block sits in the last N columns of each row (after the S_b prefix columns).
+    """
+    lens = prefix_lens.to(torch.int64)
+    row_len = lens + n
+    start = torch.cumsum(n * row_len, 0) - n * row_len  # first element of each request
+    ar = torch.arange(n, device=lens.device)
+    return (start + lens)[:, None, None] + ar[None, :, None] * row_len[:, None, None] + ar[None, None, :]
+
+
 def full_mask(anc: torch.Tensor, prefix_lens: torch.Tensor, prefix_lens_sum: int) -> torch.Tensor:
     """Flattened FULL mask [sum_b N*(S_b+N)] bool: per request, N rows of [S_b x True | anc row].
 
@@ -38,13 +51,8 @@ def full_mask(anc: torch.Tensor, prefix_lens: torch.Tensor, prefix_lens_sum: int
     blocks come first, at the same offsets, and the unused tail is all True.
     """
     bs, n, _ = anc.shape
-    lens = prefix_lens.to(device=anc.device, dtype=torch.int64)
     out = torch.ones(n * prefix_lens_sum + bs * n * n, dtype=torch.bool, device=anc.device)
-    row_len = lens + n
-    start = torch.cumsum(n * row_len, 0) - n * row_len  # first element of each request
-    ar = torch.arange(n, device=anc.device)
-    idx = (start + lens)[:, None, None] + ar[None, :, None] * row_len[:, None, None] + ar[None, None, :]
-    out[idx.reshape(-1)] = anc.reshape(-1)
+    out[tree_mask_index(prefix_lens.to(anc.device), n).reshape(-1)] = anc.reshape(-1)
     return out
 
 
@@ -97,3 +105,21 @@ def verify_tensors(
         retrive_next_token=next_token,
         retrive_next_sibling=next_sibling,
     )
+
+
+def tree_inputs(
+    tree: DraftTree, prefix_lens: torch.Tensor, mask_out: torch.Tensor, pad_token: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """What a serving verify forward reads: (input_ids [bs*N], positions [bs*N]) int64, and each
+    request's ancestor block written into ``mask_out`` (a flat FULL mask, any dtype) in place.
+
+    Only the blocks are written: an attention kernel that skips the prefix columns (SGLang's
+    triton extend attention does) never reads the rest, so it is left as it was.
+    """
+    if not tree.has_root:
+        msg = "tree_inputs needs a tree built with root_tokens (got a tree without roots)"
+        raise ValueError(msg)
+    index = tree_mask_index(prefix_lens.to(tree.device), tree.n).reshape(-1)
+    mask_out[index] = ancestor_mask(tree).reshape(-1).to(mask_out.dtype)
+    ids = torch.where(tree.tokens == NO_TOKEN, pad_token, tree.tokens).reshape(-1)
+    return ids, positions(tree, prefix_lens).reshape(-1)

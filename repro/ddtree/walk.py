@@ -7,6 +7,8 @@ follows exactly those tokens, so every emitted token is a genuine target choice.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from repro.ddtree.types import NO_PARENT, NOT_ACCEPTED, DraftTree, WalkResult
@@ -49,7 +51,10 @@ def greedy_tokens(logits: torch.Tensor) -> torch.Tensor:
     return torch.argmax(logits, dim=-1)
 
 
-_SAMPLER_BYTES = 1 << 29  # temporaries of one sampling chunk (sorted logits, order, probs, ...)
+_SAMPLER_BYTES = 1 << 29  # temporaries of one sampling chunk (scaled logits, probs, race, ...)
+
+# renorm(probs [R, V], top_k [R], top_p [R]) -> probs with only each row's kept tokens, renormalised
+Renorm = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 def sample_target_tokens(
@@ -58,13 +63,20 @@ def sample_target_tokens(
     top_k: torch.Tensor,
     top_p: torch.Tensor,
     generator: torch.Generator | None = None,
+    *,
+    filtered: bool = True,
+    renorm: Renorm | None = None,
 ) -> torch.Tensor:
     """One token per node [bs, N] from target logits [bs, N, V], each request with its own rule.
 
     ``temperature`` [bs] (0 means greedy), ``top_k`` [bs] (<= 0 disables), ``top_p`` [bs] (1
     disables). Sampling is an exponential race (argmax of p / Exp(1)), so it never syncs; the
-    ``generator`` makes it reproducible. Rows go through in chunks of about 512 MiB of
-    temporaries, so a large vocabulary (Kimi's 163840) never needs bs*N*V sorted copies at once.
+    ``generator`` makes it reproducible. ``filtered=False`` promises that no request uses top-k
+    or top-p (SGLang knows it on the host): the race then runs on the scaled logits, with no
+    sort. Otherwise the kept tokens (top-p on the full distribution, then top-k: the sort rule
+    below) come from ``renorm`` (a sort-free kernel) or, without one, from a sort of each row.
+    Rows go through in chunks of about 512 MiB of temporaries, so a large vocabulary (Kimi's
+    163840) never needs bs*N*V copies at once.
     """
     bs, n, vocab = logits.shape
     for name, t in (("temperature", temperature), ("top_k", top_k), ("top_p", top_p)):
@@ -73,9 +85,11 @@ def sample_target_tokens(
             raise ValueError(msg)
     rows = logits.reshape(bs * n, vocab)
     per_row = lambda t: t.repeat_interleave(n)  # noqa: E731 - one rule per request, N rows each
-    rules = (per_row(temperature.float()), per_row(top_k), per_row(top_p.float()))
+    k = torch.where(top_k > 0, top_k, vocab).clamp(max=vocab)
+    rules = (per_row(temperature.float()), per_row(k), per_row(top_p.float()))
     step = max(1, _SAMPLER_BYTES // (vocab * 24))
-    out = [_sample_rows(rows[i : i + step], *(r[i : i + step] for r in rules), generator)
+    out = [_sample_rows(rows[i : i + step], *(r[i : i + step] for r in rules), generator,
+                        filtered=filtered, renorm=renorm)
            for i in range(0, bs * n, step)]
     return torch.cat(out).view(bs, n)
 
@@ -86,18 +100,25 @@ def _sample_rows(
     top_k: torch.Tensor,
     top_p: torch.Tensor,
     generator: torch.Generator | None,
+    *,
+    filtered: bool,
+    renorm: Renorm | None,
 ) -> torch.Tensor:
-    """The rule of each row of x [R, V] (temperature/top_k/top_p [R]) applied to that row."""
-    vocab = x.shape[-1]
+    """The rule of each row of x [R, V] (temperature/top_k in [1, V]/top_p [R]) applied to that row."""
     x = x.float()
     greedy = temperature <= 0
-    sorted_x, order = torch.sort(x / torch.where(greedy, 1.0, temperature)[:, None], dim=-1, descending=True)
-    ranks = torch.arange(vocab, device=x.device)
-    k = torch.where(top_k > 0, top_k, vocab).clamp(max=vocab)
-    probs = torch.softmax(sorted_x, dim=-1)
-    before = torch.cumsum(probs, dim=-1) - probs  # mass strictly above each rank
-    keep = (ranks < k[:, None]) & ((before < top_p[:, None]) | (ranks == 0))
-    kept = torch.where(keep, probs, 0.0)
-    race = torch.empty_like(kept).exponential_(generator=generator)
-    sampled = torch.gather(order, -1, torch.argmax(kept / race, dim=-1, keepdim=True))[:, 0]
+    scaled = x / torch.where(greedy, 1.0, temperature)[:, None]
+    race = torch.empty_like(scaled).exponential_(generator=generator)
+    if not filtered:  # Gumbel-max: argmax(x / T - log E) samples softmax(x / T)
+        sampled = torch.argmax(scaled - race.log_(), dim=-1)
+    elif renorm is not None:
+        sampled = torch.argmax(renorm(torch.softmax(scaled, dim=-1), top_k, top_p) / race, dim=-1)
+    else:
+        sorted_x, order = torch.sort(scaled, dim=-1, descending=True)
+        ranks = torch.arange(x.shape[-1], device=x.device)
+        probs = torch.softmax(sorted_x, dim=-1)
+        before = torch.cumsum(probs, dim=-1) - probs  # mass strictly above each rank
+        keep = (ranks < top_k[:, None]) & ((before < top_p[:, None]) | (ranks == 0))
+        kept = torch.where(keep, probs, 0.0)
+        sampled = torch.gather(order, -1, torch.argmax(kept / race, dim=-1, keepdim=True))[:, 0]
     return torch.where(greedy, greedy_tokens(x), sampled)

@@ -131,13 +131,19 @@ def enum_kernel_constants(budget: int) -> dict[str, int]:
 
 def build_trees_fused(
     topk: TopK, budget: int, root_tokens: torch.Tensor | None = None, num_warps: int = 8,
+    out: DraftTree | None = None,
 ) -> DraftTree:
-    """``build_trees_from_topk`` in two Triton launches (budget <= MAX_BUDGET); same results."""
-    return build_trees_fused_flagged(topk, budget, root_tokens, num_warps)[0]
+    """``build_trees_from_topk`` in two Triton launches (budget <= MAX_BUDGET); same results.
+
+    ``out`` (a tree of preallocated tensors with room for ``bs`` requests, budget >= 1) receives
+    the tree; views of its first ``bs`` rows are returned.
+    """
+    return build_trees_fused_flagged(topk, budget, root_tokens, num_warps, out)[0]
 
 
 def build_trees_fused_flagged(
     topk: TopK, budget: int, root_tokens: torch.Tensor | None = None, num_warps: int = 8,
+    out: DraftTree | None = None,
 ) -> tuple[DraftTree, torch.Tensor | None]:
     """``build_trees_fused`` and which requests the frontier kernel built (``[bs]`` int32,
     non-zero: flagged; None when only the frontier kernel ran, budget 0 or V < B)."""
@@ -166,9 +172,13 @@ def build_trees_fused_flagged(
         torch.empty(bs * fp, **f64), torch.empty(bs * fp, **i64), torch.empty(bs * fp, **i32),  # compaction
     )
     n = budget + 1
-    tokens, parents, depths = (torch.empty(bs, n, **i64) for _ in range(3))
-    scores = torch.empty(bs, n, **f64)
-    nodes = torch.empty(bs, **i64)
+    if out is None:
+        tokens, parents, depths = (torch.empty(bs, n, **i64) for _ in range(3))
+        scores = torch.empty(bs, n, **f64)
+        nodes = torch.empty(bs, **i64)
+    else:
+        tokens, parents, depths, scores, nodes = (
+            t[:bs] for t in (out.tokens, out.parents, out.depths, out.scores, out.num_nodes))
     logits, ids, lse = topk.logits.contiguous(), topk.ids.contiguous(), topk.lse.contiguous()
     outputs = (tokens, parents, depths, scores, nodes, kt, horizon, kb, depth, budget)
     enum = kb == budget
@@ -226,3 +236,43 @@ def verify_tensors_fused(
     )
     view = lambda t: t.view(bs, n)  # noqa: E731
     return VerifyTensors(ids, pos, anc, full, view(index), view(first), view(sibling))
+
+
+@cache
+def _inputs_kernel() -> Any:
+    from repro.kernels._tree_inputs_triton import tree_inputs_kernel
+
+    return tree_inputs_kernel
+
+
+TREE_INPUT_TILE = 4096
+"""Mask cells one tree-inputs program holds (rows x next_pow2(N)): N 33 fits a request in one
+program, N 257 spreads it over 33."""
+
+
+def tree_inputs_fused(
+    tree: DraftTree,
+    prefix_lens: torch.Tensor,
+    mask_out: torch.Tensor,
+    pad_token: int = 0,
+    out: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``repro.ddtree.tree_inputs`` in one launch: (input_ids, positions) [bs*N] int64 and the
+    ancestor blocks written into ``mask_out``; ``out`` gives preallocated (ids, positions) of at
+    least bs*N elements (views of the first bs*N are returned)."""
+    if not tree.has_root:
+        msg = "tree_inputs needs a tree built with root_tokens (got a tree without roots)"
+        raise ValueError(msg)
+    bs, n = tree.tokens.shape
+    dev = tree.device
+    if out is None:
+        ids, pos = (torch.empty(bs * n, dtype=torch.int64, device=dev) for _ in range(2))
+    else:
+        ids, pos = (t[: bs * n] for t in out)
+    np2 = _pow2(max(2, n))
+    rb = max(1, min(64, TREE_INPUT_TILE // np2))
+    _inputs_kernel()[(bs, -(-n // rb))](
+        tree.tokens, tree.parents, tree.depths, prefix_lens, min(tree.horizon, tree.budget), pad_token,
+        ids, pos, mask_out, N=n, NP=np2, RB=rb, CHUNK=64,
+    )
+    return ids, pos

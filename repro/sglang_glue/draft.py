@@ -1,50 +1,43 @@
-"""Drafter side: top-K log-probabilities from a vocabulary-parallel LM head shard.
+"""Drafter side: this rank's logits rows from SGLang's (vocabulary-parallel) LM head.
 
-Each tensor-parallel rank holds rows ``[org_vocab_start, org_vocab_start + num_org)`` of the LM
-head. It takes the top-K of its own shard and the ranks exchange only those ``K`` candidates and
-one logsumexp per row, never the full ``[bs, L, V]`` logits (sglang-notes.md, "drafting").
+Each tensor-parallel rank holds rows ``[start, start + num_org)`` of the LM head. It computes the
+logits of its own shard only; ``repro.round.DraftTail.topk`` then takes that shard's top-K with
+global ids and the ranks exchange only those ``K`` candidates and one logsumexp per row, never
+the full ``[bs, L, V]`` logits (sglang-notes.md, "drafting").
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass
 
 import torch
 
-from repro.ddtree import TopK, merge_topk
-from repro.sglang_glue.tree import shard_topk
 
-# all_gather(t) -> the tensors every rank passed, in rank order (t itself when tp = 1)
-AllGather = Callable[[torch.Tensor], list[torch.Tensor]]
+@dataclass(frozen=True)
+class HeadShard:
+    """The slice of the LM head one rank holds."""
+
+    weight: torch.Tensor  # [>= num_org, H]: rows past num_org are padding
+    num_org: int  # vocabulary rows this rank owns
+    start: int  # global id of its first row
 
 
-def vocab_parallel_topk(
-    hidden: torch.Tensor,
-    weight: torch.Tensor,
-    *,
-    num_org: int,
-    org_vocab_start: int,
-    vocab_size: int,
-    k: int,
-    all_gather: AllGather | None = None,
-) -> TopK:
-    """Top-``k`` of the full-vocabulary drafter rows, computed shard by shard.
+def head_shard(lm_head: torch.nn.Module) -> HeadShard:
+    """The shard of SGLang's (Parallel)LMHead ``lm_head``; one ValueError for an unsupported head."""
+    weight = getattr(lm_head, "weight", None)
+    if weight is None:
+        msg = "DDTREE needs the target's lm_head to expose `weight`"
+        raise ValueError(msg)
+    shard = getattr(lm_head, "shard_indices", None)
+    if shard is None:
+        return HeadShard(weight, int(weight.shape[0]), 0)
+    if int(shard.num_added_elements) != 0:
+        msg = "DDTREE does not support an LM head with added vocabulary"
+        raise ValueError(msg)
+    return HeadShard(weight, int(shard.num_org_elements), int(shard.org_vocab_start_index))
 
-    ``hidden`` [bs, L, H] are the drafter's output rows at depths 1..L, ``weight`` this rank's
-    LM-head shard [>= num_org, H] (padding rows past ``num_org`` are ignored). Logits are taken
-    in float32 after the matmul in the weight's dtype. ``all_gather`` exchanges the shards'
-    candidates; ``None`` means a single rank holding the whole vocabulary.
-    """
-    local = torch.matmul(hidden.to(weight.dtype), weight[:num_org].T).float()  # [bs, L, num_org]
-    part = shard_topk(local, k)
-    part = replace(part, ids=part.ids + org_vocab_start, vocab_size=vocab_size)
-    if all_gather is None:
-        return part
-    fields = (part.logits, part.ids, part.lse)
-    gathered = [all_gather(t.contiguous()) for t in fields]
-    parts = [
-        TopK(logits=lg, ids=ids, lse=lse, vocab_size=vocab_size)
-        for lg, ids, lse in zip(*gathered, strict=True)
-    ]
-    return merge_topk(parts, k)
+
+def shard_logits(hidden: torch.Tensor, shard: HeadShard) -> torch.Tensor:
+    """[bs, L, num_org] logits of the drafter rows ``hidden`` [bs, L, H], in the weight's dtype
+    (the top-K reads bf16 directly: no float32 copy of the rows)."""
+    return torch.matmul(hidden.to(shard.weight.dtype), shard.weight[: shard.num_org].T)

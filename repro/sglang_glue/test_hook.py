@@ -97,3 +97,14 @@ class DrafterTestHook:
         out = torch.full((*correct.shape, vocab), OFF_LOGIT, dtype=torch.float32, device=roots.device)
         out.scatter_(2, tokens, (-j.float()).expand_as(tokens).contiguous())
         return out
+
+    def rows(self, roots: torch.Tensor, prefix_lens: torch.Tensor) -> torch.Tensor:
+        """The drafter rows [bs, L, V] the round's tail takes (``logits``)."""
+        return self.logits(roots, prefix_lens)
+
+    def top1(self, roots: torch.Tensor, prefix_lens: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """[bs, L] int64 each row's argmax: the correct token where its rank is 0, else rank 0's decoy."""
+        correct = self.correct_tokens(roots)
+        decoy = (correct + 1) % self.successor.shape[0]
+        best = torch.where(self.ranks(roots, prefix_lens) == 0, correct, decoy)
+        return best if out is None else out.copy_(best)

@@ -11,6 +11,7 @@ prompts at once (batch up to 4).
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -66,22 +67,29 @@ def _keep(response: dict) -> dict:
 
 @pytest.fixture(scope="module")
 def runs(models, planted) -> dict:
-    """Every configuration's workload results, AR first; one server at a time."""
+    """Every configuration's workload results, AR first; $REPRO_E2E_PARALLEL servers at a time
+    (default 1: each server has the GPU to itself)."""
     results = {}
     with harness.server("ar", harness.server_args(models / "planted"), port=31000) as url:
         results["ar"] = run_workload(url, planted)
     env = {"SGLANG_DDTREE_TEST_DRAFTER": str(models / "hook.json")}
-    for k, (name, algo, budget, graphs, overlap) in enumerate(CONFIGS):
-        if name not in selected_configs():
-            continue
+
+    def one(k: int, config: tuple) -> dict:
+        name, algo, budget, graphs, overlap = config
         args = harness.server_args(models / "planted", algo=algo, drafter=models / "dflash",
                                    budget=budget, graphs=graphs, overlap=overlap)
         try:
             with harness.server(name, args, port=31001 + k, env=env) as url:
-                results[name] = run_workload(url, planted)
+                return run_workload(url, planted)
         except Exception as exc:  # noqa: BLE001 - keep the other configurations' evidence
-            results[name] = {"error": repr(exc)[:4000]}
-        harness.save("greedy_runs", results)
+            return {"error": repr(exc)[:4000]}
+
+    chosen = [(k, c) for k, c in enumerate(CONFIGS) if c[0] in selected_configs()]
+    with ThreadPoolExecutor(max_workers=int(os.environ.get("REPRO_E2E_PARALLEL", "1"))) as pool:
+        futures = {c[0]: pool.submit(one, k, c) for k, c in chosen}
+        for name, future in futures.items():
+            results[name] = future.result()
+            harness.save("greedy_runs", results)
     return results
 
 

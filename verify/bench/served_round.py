@@ -1,0 +1,157 @@
+"""What a served round costs: AR, DFLASH and DDTREE side by side on one GPU, in one process.
+
+For each configuration a real SGLang server (verify/sglang/harness.py flags: graphs and overlap
+on unless named otherwise) serves the planted target with the drafter test hook, then:
+
+1. **first requests**: straight after "ready", one batch of ``bs`` requests of ``--tokens``
+   tokens at each ``--batch`` size: time per round (wall / verify rounds) before any other work;
+2. **steady state**: ``--reps`` more batches per size: tok/s and time per round;
+3. **the round** (``--profile-steps``): SGLang's torch profiler over that many rounds of one
+   request: host kernel launches, CPU ops and GPU busy time per round, from the Chrome trace.
+
+Writes one JSON line per measurement to ``OUT/served.jsonl`` and prints a table. GPU machine only::
+
+    python3 -m verify.bench.served_round --models /tmp/models --out $OUT ar dflash ddtree-b32
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from repro import testmodels
+from verify.sglang import harness
+
+CONFIGS = {  # name: (algorithm, budget, graphs, overlap)
+    "ar": (None, None, True, True),
+    "dflash": ("DFLASH", None, True, True),
+    **{f"ddtree-b{b}": ("DDTREE", b, True, True) for b in (1, 8, 16, 32, 64, 128)},
+    "ddtree-b32-eager": ("DDTREE", 32, False, True),
+    "ddtree-b32-sync": ("DDTREE", 32, True, False),
+}
+
+
+def _prompts(count: int, salt: int) -> list[list[int]]:
+    """Distinct prompts of 40..100 token ids (the planted target reads only the last one)."""
+    return [[(i * 131 + j * 17 + salt * 7919) % 4000 + 10 for j in range(40 + (i * 13) % 60)] for i in range(count)]
+
+
+def _batch(url: str, bs: int, tokens: int, salt: int, planted: dict) -> dict[str, Any]:
+    """One batch of ``bs`` greedy requests: wall time, rounds, tokens, and how many responses
+    are exactly the planted target's greedy continuation."""
+    params = {"temperature": 0, "max_new_tokens": tokens, "ignore_eos": True}
+    prompts = _prompts(bs, salt)
+    t0 = time.perf_counter()
+    out = harness.generate(url, prompts, params, timeout=600)
+    wall = time.perf_counter() - t0
+    metas = [r["meta_info"] for r in out]
+    rounds = max(m.get("spec_verify_ct") or m["completion_tokens"] for m in metas)
+    toks = sum(m["completion_tokens"] for m in metas)
+    tau = toks / sum(m.get("spec_verify_ct") or m["completion_tokens"] for m in metas)
+    exact = sum(r["output_ids"] == testmodels.greedy_continuation(planted, p[-1], tokens)
+                for r, p in zip(out, prompts, strict=True))
+    return {"bs": bs, "wall_s": wall, "rounds": rounds, "tokens": toks, "tok_s": toks / wall,
+            "ms_per_round": 1000 * wall / rounds, "tau": tau, "exact": exact}
+
+
+def _post(url: str, path: str, body: dict) -> None:
+    req = urllib.request.Request(f"{url}{path}", data=json.dumps(body).encode(),  # noqa: S310 - our loopback server
+                                 headers={"Content-Type": "application/json"})
+    urllib.request.build_opener(urllib.request.ProxyHandler({})).open(req, timeout=120).read()
+
+
+def trace_counts(trace: Path, steps: int) -> dict[str, float]:
+    """Per-round host launches, CPU ops, GPU kernels and GPU busy ms from a torch-profiler trace."""
+    events = json.loads(gzip.decompress(trace.read_bytes()) if trace.suffix == ".gz" else trace.read_bytes())
+    events = events.get("traceEvents", events)
+    launches = sum(1 for e in events if e.get("cat") == "cuda_runtime" and "Launch" in e.get("name", ""))
+    graph_launches = sum(1 for e in events if e.get("cat") == "cuda_runtime" and "GraphLaunch" in e.get("name", ""))
+    kernels = sorted((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))) for e in events if e.get("cat") == "kernel")
+    busy, end = 0.0, float("-inf")
+    for a, b in kernels:  # union of kernel intervals (concurrent streams count once)
+        if b > end:
+            busy += b - max(a, end)
+            end = b
+    cpu_ops = sum(1 for e in events if e.get("cat") == "cpu_op")
+    return {"launches": launches / steps, "graph_launches": graph_launches / steps, "kernels": len(kernels) / steps,
+            "cpu_ops": cpu_ops / steps, "gpu_busy_ms": busy / 1000 / steps}
+
+
+def _profile(url: str, prof_dir: Path, steps: int, tokens: int, planted: dict) -> dict[str, float]:
+    """Profile ``steps`` rounds in the middle of one long request."""
+    before = set(prof_dir.glob("**/*.json*"))
+    done = threading.Event()
+
+    def run() -> None:
+        _batch(url, 1, tokens, salt=99, planted=planted)
+        done.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    time.sleep(0.5)
+    _post(url, "/start_profile", {"output_dir": str(prof_dir), "num_steps": steps, "activities": ["CPU", "GPU"]})
+    done.wait(600)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        new = sorted(set(prof_dir.glob("**/*.json*")) - before)
+        if new:
+            time.sleep(2)  # the trace is written after the steps end
+            return trace_counts(new[-1], steps)
+        time.sleep(1)
+    return {}
+
+
+def measure(name: str, models: Path, out: Path, args: argparse.Namespace, port: int) -> list[dict[str, Any]]:
+    """Every measurement of one configuration's server."""
+    algo, budget, graphs, overlap = CONFIGS[name]
+    prof_dir = out / f"prof_{name}"
+    prof_dir.mkdir(parents=True, exist_ok=True)
+    env = {"SGLANG_TORCH_PROFILER_DIR": str(prof_dir)}
+    if algo is not None:
+        env["SGLANG_DDTREE_TEST_DRAFTER"] = str(models / "hook.json")
+    server_args = harness.server_args(models / "planted", algo=algo, drafter=models / "dflash" if algo else None,
+                                      budget=budget, graphs=graphs, overlap=overlap)
+    planted = json.loads((models / "planted" / "planted.json").read_text())
+    with harness.server(name, server_args, port=port, env=env, timeout=args.start_timeout) as url:
+        rows = [{"config": name, "phase": "first", **_batch(url, bs, args.tokens, bs, planted)} for bs in args.batch]
+        rows += [{"config": name, "phase": "steady", "rep": rep, **_batch(url, bs, args.tokens, 100 + rep, planted)}
+                 for rep in range(args.reps) for bs in args.batch]
+        if args.profile_steps:
+            rows.append({"config": name, "phase": "profile",
+                         **_profile(url, prof_dir, args.profile_steps, args.tokens, planted)})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Measure each named configuration in turn; one JSONL record per measurement."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("configs", nargs="+", choices=sorted(CONFIGS))
+    parser.add_argument("--models", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--batch", type=lambda s: [int(x) for x in s.split(",")], default=[1, 4])
+    parser.add_argument("--tokens", type=int, default=512)
+    parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--profile-steps", type=int, default=30)
+    parser.add_argument("--start-timeout", type=float, default=300)
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / "served.jsonl"
+    for k, name in enumerate(args.configs):
+        try:
+            rows = measure(name, args.models, args.out, args, port=32000 + k)
+        except Exception as exc:  # noqa: BLE001 - keep the other configurations' evidence
+            rows = [{"config": name, "phase": "error", "error": repr(exc)[:3000]}]
+        with path.open("a") as f:
+            for row in rows:
+                f.write(json.dumps(row) + "\n")
+                print(json.dumps(row), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

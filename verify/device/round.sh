@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The DDTREE round on the lent H200, from the repository root, with the wheelhouse carried in
+# .carry/wheelhouse-sm90 (verify/sglang/device.sh installs it):
+#
+#   bash verify/device/round.sh tests            # GPU tests of the round: fused tail/accept, graph replay, no host sync
+#   bash verify/device/round.sh served CONFIG... # verify/bench/served_round.py: first requests, steady tok/s, launches per round
+#   bash verify/device/round.sh tiers            # the verify/sglang tier, its four modules side by side
+#
+# Logs and results land in $OUT (default build/device). Each stage fits one 10-minute device command.
+set -uo pipefail
+OUT=${OUT:-build/device}
+MODELS=${MODELS:-/tmp/models}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+SGL="bash verify/sglang/device.sh"
+OUT=$OUT/setup $SGL -- true >"$OUT/setup.log" 2>&1 || { tail -20 "$OUT/setup.log"; exit 1; }
+stage=${1:-}
+shift || true
+case $stage in
+tests)
+  $SGL -- python3 -m pytest verify/gpu/test_round_gpu.py -q -rfEs -p no:cacheprovider >"$OUT/gpu_round.log" 2>&1
+  rc=$?
+  tail -n 15 "$OUT/gpu_round.log"
+  ;;
+served)
+  OUT=$OUT/served $SGL -- python3 -m verify.bench.served_round --models "$MODELS" --out "$OUT/served" "$@" \
+    >"$OUT/served.log" 2>&1
+  rc=$?
+  grep -v '^\[' "$OUT/served.log" | tail -n 40
+  ;;
+tiers)
+  pids=()
+  for mod in test_sglang_kernels test_ddtree_sampling test_ddtree_mla_moe test_ddtree_greedy; do
+    OUT=$OUT/$mod REPRO_E2E_PARALLEL=${PARALLEL:-2} timeout "${TIER_LIMIT:-560}" \
+      $SGL "verify/sglang/$mod.py" -q -rfEs >"$OUT/$mod.log" 2>&1 &
+    pids+=($!)
+  done
+  rc=0
+  for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  for mod in test_sglang_kernels test_ddtree_sampling test_ddtree_mla_moe test_ddtree_greedy; do
+    echo "== $mod"; tail -n 6 "$OUT/$mod.log"
+  done
+  ;;
+*) echo "round.sh: stage must be tests, served or tiers (got '$stage')" >&2; exit 2 ;;
+esac
+exit $rc
