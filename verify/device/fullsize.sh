@@ -14,7 +14,8 @@
 #                                   # repro bench full-h200-NAME: AR, DFLASH, DDTREE B 16..512 x c 1/4/16
 #                                   # x T 0/1 (one server per algorithm and budget, ~3-6 min each);
 #                                   # stops starting servers after TIME_LIMIT s (exit 3): run the same
-#                                   # phase again (it resumes) until it exits 0
+#                                   # phase again (it resumes) until it exits 0. NUM_PROMPTS (16)
+#                                   # requests of 256 tokens per cell
 #   bash verify/device/fullsize.sh report                 # repro report -> $OUT/fullsize-report
 #
 # Every phase fits one 10-minute device command (inner timeouts at 570 s). Each phase runs setup's
@@ -75,7 +76,7 @@ busy)
   ;;
 bench)
   timeout 570 python3 -m repro.cli bench "full-h200-$name" --models-dir "$MODELS" --algorithms "${3:-AR,DFLASH,DDTREE}" \
-    --budgets "${4:-16,32,64,128,256,512}" --concurrency 1,4,16 --temperatures 0,1 --num-prompts 16 \
+    --budgets "${4:-16,32,64,128,256,512}" --concurrency 1,4,16 --temperatures 0,1 --num-prompts "${NUM_PROMPTS:-16}" \
     --max-new-tokens 256 --warmup 1 --time-limit "${TIME_LIMIT:-300}" --log-dir "$OUT/logs" --resume \
     -o "$OUT/fullsize-$name.jsonl" 2>&1 | tail -30 | tee -a "$OUT/bench-$name.log"
   rc=${PIPESTATUS[0]}
