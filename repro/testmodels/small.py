@@ -1,21 +1,11 @@
-"""Test models the project makes itself: configs and safetensors written by this module.
+"""The small written test models: configs and safetensors the project makes itself.
 
-*Planted* Qwen3 target: its greedy next token is a known function of the context with large
-logit margins, so token-for-token equality tests are meaningful in bf16 (random weights give
-near-ties, see device-notes). Construction, by setting weights directly:
-
-- token ``t`` embeds as the one-hot vector of coordinate ``t mod H`` (``H`` = hidden size);
-- every attention ``o_proj`` and MLP ``down_proj`` is zero, so the residual stream carries the
-  embedding unchanged and the final RMSNorm turns it into ``sqrt(H)`` times that one-hot;
-- ``lm_head`` row ``u < H`` puts ``LOGITS[k] / sqrt(H)`` at coordinate ``c`` when
-  ``u = ranked[k][c]``: after context token ``t`` the logits are exactly ``LOGITS[k]`` for
-  ``ranked[k][t mod H]`` (k = 0, 1, 2) and 0 for every other token (rows ``u >= H`` are zero).
-
-So greedy decoding follows ``successor[t] = ranked[0][t mod H]`` with a margin of
-``LOGITS[0] - LOGITS[1]`` logits, and sampling at temperature T draws from the three ranked
-tokens (plus a tiny uniform tail) with exactly computable probabilities. The model is
-deliberately blind to attention (a bigram); the random-weight target below is the one whose
-outputs depend on the whole context (attention masks, KV commit), compared up to bf16 ties.
+*Planted* Qwen3 target (repro.testmodels.planted): inert layers, one-hot embeddings and a planted
+LM head, so its greedy next token is a known function of the context with large logit margins
+and token-for-token equality tests are meaningful in bf16 (random weights give near-ties, see
+device-notes). The model is deliberately blind to attention (a bigram); the random-weight target
+below is the one whose outputs depend on the whole context (attention masks, KV commit),
+compared up to bf16 ties.
 
 Also written: a *random* Qwen3 target (N(0, 0.02), lm_head N(0, 0.1)), a DFlash drafter with
 random weights, and the drafter test-hook file (repro.sglang_glue.test_hook).
@@ -27,25 +17,16 @@ and ``mla-random``.
 For throughput only, ``moe/`` + ``moe-dflash/`` hold just the configs of a Kimi-shaped MoE
 target (reduced width, Kimi's vocabulary, 64 experts) and its drafter: the TP vs EP profiles
 serve them with ``--load-format dummy``.
-
-Usage: ``python -m repro.testmodels OUT_DIR`` writes ``planted/``, ``random/``,
-``mla-planted/``, ``mla-random/``, ``dflash/``, ``hook.json``, ``moe/`` and ``moe-dflash/``
-under OUT_DIR.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import math
-from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
-LOGITS = (16.0, 15.0, 14.0)  # rank-0/1/2 logits of the planted target
-RANK_OFFSETS = (0, 17, 34)  # ranked[k][c] = perm[(c + offset_k) mod H]: distinct per context
-DEFAULT_RANK_PROBS = (0.6, 0.2, 0.1)  # hook: P(correct token at rank j), absent otherwise
+from repro.testmodels.planted import fill_embedding_, fill_head_, planted_info, planted_ranked
 
 QWEN3 = {
     "architectures": ["Qwen3ForCausalLM"],
@@ -186,26 +167,12 @@ def _save(out_dir: Path, cfg: dict, tensors: dict[str, torch.Tensor]) -> None:
     save_file(bf16, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
 
 
-def planted_ranked(hidden: int, seed: int) -> list[list[int]]:
-    """ranked[k][c]: the rank-k next token after any context token t with t mod H == c."""
-    perm = torch.randperm(hidden, generator=torch.Generator().manual_seed(seed)).tolist()
-    return [[perm[(c + off) % hidden] for c in range(hidden)] for off in RANK_OFFSETS]
-
-
-def successor_table(ranked: list[list[int]], vocab: int) -> list[int]:
-    """successor[t] for every token t: the planted target's greedy next token."""
-    hidden = len(ranked[0])
-    return [ranked[0][t % hidden] for t in range(vocab)]
-
-
 def _planted_io(ranked: list[list[int]], vocab: int) -> dict[str, torch.Tensor]:
     """One-hot embeddings (coordinate t mod H), unit final norm, and the planted LM head."""
     hid = len(ranked[0])
-    embed = torch.zeros(vocab, hid)
-    embed[torch.arange(vocab), torch.arange(vocab) % hid] = 1.0
-    head = torch.zeros(vocab, hid)
-    for k, logit in enumerate(LOGITS):
-        head[torch.tensor(ranked[k]), torch.arange(hid)] = logit / math.sqrt(hid)
+    embed, head = torch.zeros(vocab, hid), torch.zeros(vocab, hid)
+    fill_embedding_(embed, vocab)
+    fill_head_(head, ranked)
     return {"model.embed_tokens.weight": embed, "model.norm.weight": torch.ones(hid), "lm_head.weight": head}
 
 
@@ -276,15 +243,11 @@ def write_planted(out_dir: Path, *, seed: int = 0, cfg: dict = QWEN3) -> dict:
     hid, vocab = cfg["hidden_size"], cfg["vocab_size"]
     gen = torch.Generator().manual_seed(seed)
     ranked = planted_ranked(hid, seed)
-    scale = math.sqrt(hid)
     tensors = _planted_io(ranked, vocab)
     for i in range(cfg["num_hidden_layers"]):
         tensors.update(_layer(f"model.layers.{i}", cfg, gen, inert=True))
     _save(out_dir, cfg, tensors)
-    # the logits the served model really produces: bf16 RMSNorm output times bf16 head rows
-    h = torch.tensor(scale).to(torch.bfloat16)
-    served = [float((h * (torch.tensor(lg / scale).to(torch.bfloat16))).to(torch.bfloat16)) for lg in LOGITS]
-    info = {"ranked": ranked, "logits": served, "vocab_size": vocab, "hidden_size": hid}
+    info = planted_info(ranked, vocab=vocab, eps=cfg["rms_norm_eps"])
     (out_dir / "planted.json").write_text(json.dumps(info) + "\n")
     return info
 
@@ -337,67 +300,3 @@ def write_moe_pair(out: Path) -> None:
     for name, cfg in (("moe", KIMI_MOE), ("moe-dflash", drafter)):
         (out / name).mkdir(parents=True, exist_ok=True)
         (out / name / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
-
-
-def write_hook(path: Path, planted: dict, *, rank_probs: Sequence[float] = DEFAULT_RANK_PROBS, seed: int = 0) -> None:
-    """The drafter test-hook file for the planted target (format: repro.sglang_glue.test_hook)."""
-    spec = {
-        "successor": successor_table(planted["ranked"], planted["vocab_size"]),
-        "rank_probs": list(rank_probs),
-        "seed": seed,
-    }
-    path.write_text(json.dumps(spec) + "\n")
-
-
-def greedy_continuation(planted: dict, last_token: int, n: int) -> list[int]:
-    """The planted target's greedy output of ``n`` tokens after a prompt ending in ``last_token``."""
-    succ = successor_table(planted["ranked"], planted["vocab_size"])
-    out, t = [], last_token
-    for _ in range(n):
-        t = succ[t]
-        out.append(t)
-    return out
-
-
-def next_token_probs(planted: dict, last_token: int, temperature: float) -> dict[int, float]:
-    """Exact next-token distribution after ``last_token`` at ``temperature`` > 0 (no top-k/p).
-
-    The three ranked tokens get their planted logits, every other token logit 0.
-    """
-    hid, vocab = planted["hidden_size"], planted["vocab_size"]
-    c = last_token % hid
-    weights = {planted["ranked"][k][c]: math.exp(lg / temperature) for k, lg in enumerate(planted["logits"])}
-    rest = (vocab - len(weights)) * 1.0  # exp(0 / T) for every other token
-    total = sum(weights.values()) + rest
-    return {tok: w / total for tok, w in weights.items()} | {-1: rest / total}  # -1: any other
-
-
-def write_all(out: Path, *, seed: int = 0) -> dict:
-    """Write every test model under ``out``; return planted.json's content.
-
-    planted/, random/ (Qwen3), mla-planted/, mla-random/ (DeepseekV3: MLA + MoE), dflash/ (the
-    drafter for all of them), hook.json, and the config-only moe/ + moe-dflash/ pair.
-    """
-    planted = write_planted(out / "planted", seed=seed)
-    write_random(out / "random", seed=seed + 1)
-    write_mla_moe(out / "mla-planted", planted=planted, seed=seed + 3)
-    write_mla_moe(out / "mla-random", planted=None, seed=seed + 4)
-    write_drafter(out / "dflash", seed=seed + 2)
-    write_hook(out / "hook.json", planted, seed=seed)
-    write_moe_pair(out)
-    return planted
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m repro.testmodels OUT_DIR [--seed N]``."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out", type=Path)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    write_all(args.out, seed=args.seed)
-    print(f"wrote {', '.join(sorted(p.name for p in args.out.iterdir()))} under {args.out}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

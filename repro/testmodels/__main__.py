@@ -1,0 +1,5 @@
+"""``python -m repro.testmodels``: see repro.testmodels.main."""
+
+from repro.testmodels import main
+
+raise SystemExit(main())

