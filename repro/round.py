@@ -18,6 +18,7 @@ import importlib.util
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from typing import Protocol
 
 import torch
@@ -43,12 +44,17 @@ def kernels_mode() -> str:
     return mode
 
 
+@cache
+def _has_triton() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
 def use_kernels(device: torch.device, *, fits: bool) -> bool:
     """Whether a step runs the fused kernels: forced by the mode, else on CUDA when they fit."""
     mode = kernels_mode()
     if mode != "auto":
         return mode == "fused"
-    return device.type == "cuda" and fits and importlib.util.find_spec("triton") is not None
+    return device.type == "cuda" and fits and _has_triton()
 
 
 def topk(logits: torch.Tensor, k: int) -> TopK:

@@ -66,34 +66,48 @@ def _post(url: str, path: str, body: dict) -> None:
     urllib.request.build_opener(urllib.request.ProxyHandler({})).open(req, timeout=120).read()
 
 
-def trace_counts(trace: Path, steps: int) -> dict[str, float]:
-    """Per-round host launches, CPU ops, GPU kernels and GPU busy ms from a torch-profiler trace."""
+def trace_counts(trace: Path, steps: int, top: int = 40) -> dict[str, Any]:
+    """Per-round host launches, CPU ops, GPU kernels and GPU busy ms from a torch-profiler trace,
+    plus the most frequent CPU ops (count and total host µs per round)."""
     events = json.loads(gzip.decompress(trace.read_bytes()) if trace.suffix == ".gz" else trace.read_bytes())
     events = events.get("traceEvents", events)
-    launches = sum(1 for e in events if e.get("cat") == "cuda_runtime" and "Launch" in e.get("name", ""))
-    graph_launches = sum(1 for e in events if e.get("cat") == "cuda_runtime" and "GraphLaunch" in e.get("name", ""))
+    runtime = [e for e in events if e.get("cat") == "cuda_runtime"]
+    launches = sum(1 for e in runtime if "Launch" in e.get("name", ""))
+    graph_launches = sum(1 for e in runtime if "GraphLaunch" in e.get("name", ""))
     kernels = sorted((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))) for e in events if e.get("cat") == "kernel")
     busy, end = 0.0, float("-inf")
     for a, b in kernels:  # union of kernel intervals (concurrent streams count once)
         if b > end:
             busy += b - max(a, end)
             end = b
-    cpu_ops = sum(1 for e in events if e.get("cat") == "cpu_op")
+    ops: dict[str, list[float]] = {}
+    for e in events:
+        if e.get("cat") == "cpu_op":
+            acc = ops.setdefault(e.get("name", "?"), [0, 0.0])
+            acc[0] += 1
+            acc[1] += float(e.get("dur", 0))
+    timed = [e for e in events if "ts" in e and e.get("ph") == "X"]
+    window = (max(float(e["ts"]) + float(e.get("dur", 0)) for e in timed) - min(float(e["ts"]) for e in timed)) if timed else 0
+    common = sorted(ops.items(), key=lambda kv: -kv[1][0])[:top]
     return {"launches": launches / steps, "graph_launches": graph_launches / steps, "kernels": len(kernels) / steps,
-            "cpu_ops": cpu_ops / steps, "gpu_busy_ms": busy / 1000 / steps}
+            "cpu_ops": sum(c for c, _ in ops.values()) / steps, "gpu_busy_ms": busy / 1000 / steps,
+            "window_ms_per_round": window / 1000 / steps,
+            "launch_names": sorted({e.get("name", "") for e in runtime if "Launch" in e.get("name", "")}),
+            "top_ops": {name: [round(c / steps, 2), round(t / steps, 1)] for name, (c, t) in common}}
 
 
-def _profile(url: str, prof_dir: Path, steps: int, tokens: int, planted: dict) -> dict[str, float]:
-    """Profile ``steps`` rounds in the middle of one long request."""
+def _profile(url: str, prof_dir: Path, steps: int, tokens: int, planted: dict) -> dict[str, Any]:
+    """Profile ``steps`` rounds in the middle of one long request (4x --tokens, so the request
+    outlasts the profiled rounds at any tau)."""
     before = set(prof_dir.glob("**/*.json*"))
     done = threading.Event()
 
     def run() -> None:
-        _batch(url, 1, tokens, salt=99, planted=planted)
+        _batch(url, 1, 4 * tokens, salt=99, planted=planted)
         done.set()
 
     threading.Thread(target=run, daemon=True).start()
-    time.sleep(0.5)
+    time.sleep(0.15)
     _post(url, "/start_profile", {"output_dir": str(prof_dir), "num_steps": steps, "activities": ["CPU", "GPU"]})
     done.wait(600)
     deadline = time.time() + 60
@@ -103,7 +117,7 @@ def _profile(url: str, prof_dir: Path, steps: int, tokens: int, planted: dict) -
             time.sleep(2)  # the trace is written after the steps end
             return trace_counts(new[-1], steps)
         time.sleep(1)
-    return {}
+    return {"error": "no trace"}
 
 
 def measure(name: str, models: Path, out: Path, args: argparse.Namespace, port: int) -> list[dict[str, Any]]:

@@ -137,12 +137,12 @@ def test_rounds_run_without_host_sync_and_stay_lossless():
     g = torch.Generator(device=DEV).manual_seed(1)
 
     def drafter_rows(roots: torch.Tensor) -> torch.Tensor:
-        # noisy rows around the true continuation: rank 0 right ~60% of the time
+        # noisy rows around the true continuation: the right token holds ~3/4 of each row's mass
         out, cur = [], roots
         for _ in range(horizon):
             cur = succ[cur]
             row = torch.randn(roots.shape[0], vocab, generator=g, device=DEV)
-            row.scatter_add_(1, cur[:, None], torch.full((roots.shape[0], 1), 2.5, device=DEV))
+            row.scatter_add_(1, cur[:, None], torch.full((roots.shape[0], 1), 8.0, device=DEV))
             out.append(row)
         return torch.stack(out, 1)
 
@@ -169,4 +169,4 @@ def test_rounds_run_without_host_sync_and_stay_lossless():
             want.append(t)
             t = int(succ[t])
         assert got == want, b
-    assert float(torch.stack(taus).float().mean()) > 2.0  # side branches really were accepted
+    assert float(torch.stack(taus).float().mean()) > 3.0  # side branches really were accepted
