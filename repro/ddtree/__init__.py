@@ -5,6 +5,7 @@ code, no files, no environment variables. ``reference`` (the heap oracle) is del
 re-exported: tests and ``repro golden`` import it by name.
 """
 
+from repro.ddtree.chain import ChainFields, chain_fields
 from repro.ddtree.commit import Emission, accepted_rows, emitted_tokens, finish_host, kv_slots_to_keep
 from repro.ddtree.round import RoundOutput, ddtree_round
 from repro.ddtree.tensors import ancestor_mask, full_mask, positions, tree_pointers, verify_tensors
@@ -29,6 +30,7 @@ __all__ = [
     "NO_PARENT",
     "NO_SIBLING",
     "NO_TOKEN",
+    "ChainFields",
     "DraftTree",
     "Emission",
     "RoundOutput",
@@ -39,6 +41,7 @@ __all__ = [
     "ancestor_mask",
     "build_trees",
     "build_trees_from_topk",
+    "chain_fields",
     "ddtree_round",
     "emitted_tokens",
     "finish_host",
