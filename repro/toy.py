@@ -10,11 +10,13 @@ most of the time and at ranks 1, 2, ... otherwise: side branches of a tree then 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
 from repro.ddtree import NOT_ACCEPTED, VerifyTensors, ddtree_round, greedy_tokens, kv_slots_to_keep, sample_target_tokens
+from repro.ddtree.round import RoundOutput
 
 
 @dataclass
@@ -164,6 +166,17 @@ class Decoded:
     trees: list = field(default_factory=list)  # (tree, walk) of the first rounds (DDTree only)
 
 
+@dataclass(frozen=True)
+class ToyRound:
+    """What ``decode_ddtree``'s ``on_round`` hook sees of one round, before the round commits."""
+
+    requests: list[int]  # original request index of each batch row
+    draft_logits: torch.Tensor  # [bs, L, V] the drafter rows the tree was built from
+    roots: torch.Tensor  # [bs] the round's root tokens
+    cache: KVCache  # the committed cache the round verified against (not yet holding this round)
+    out: RoundOutput
+
+
 def prefill(
     target: ToyTarget, prompts: torch.Tensor, capacity: int, sampling: Sampling, gen: torch.Generator
 ) -> tuple[KVCache, torch.Tensor]:
@@ -195,8 +208,12 @@ def decode_ddtree(
     sampling: Sampling,
     seed: int = 0,
     keep_trees: int = 0,
+    on_round: Callable[[ToyRound], None] | None = None,
 ) -> Decoded:
-    """DDTree decoding with the toy pair; every request runs until it has ``new_tokens``."""
+    """DDTree decoding with the toy pair; every request runs until it has ``new_tokens``.
+
+    ``on_round``, when given, is called once per round before the commit (recording, tests).
+    """
     gen = torch.Generator().manual_seed(seed)
     cap = prompts.shape[1] + new_tokens + 2 * drafter.horizon + 2  # + last-round overshoot + rollout
     cache, roots = prefill(target, prompts, cap, sampling, gen)
@@ -212,8 +229,9 @@ def decode_ddtree(
 
     while live:
         bs = len(live)
+        draft_logits = drafter.draft(roots, cache)
         out = ddtree_round(
-            drafter.draft(roots, cache),
+            draft_logits,
             roots,
             budget,
             cache.lens,
@@ -221,6 +239,8 @@ def decode_ddtree(
             run_target,
             lambda logits: sampling.choose(logits, gen),
         )
+        if on_round is not None:
+            on_round(ToyRound(list(live), draft_logits, roots, cache, out))
         n = out.tree.n
         rows = kv_slots_to_keep(torch.arange(bs * n), out.walk, n).clamp(min=0)  # row b*N+i wrote slot b*N+i
         k, v, hidden = (scratch[name].reshape(bs * n, -1)[rows] for name in ("k", "v", "hidden"))
