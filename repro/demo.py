@@ -7,6 +7,7 @@ autoregressive decoding) and the time the tree steps take. Needs no GPU and no d
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import time
 from pathlib import Path
@@ -86,9 +87,9 @@ def main(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         dd = decode_ddtree(target, drafter, prompts, args.new_tokens, budget, sampling, seed=args.seed,
                            keep_trees=args.show_rounds if budget == shown else 0,
-                           on_round=recorder and (lambda rnd, rec=recorder: _record(rec, rnd)))
+                           on_round=None if recorder is None else functools.partial(_record, recorder))
         wall = time.perf_counter() - t0
-        if recorder:
+        if recorder is not None:
             recorder.close()
         taus = [t for rnd in dd.taus for t in rnd]
         same = dd.tokens == ar.tokens

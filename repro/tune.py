@@ -107,6 +107,9 @@ def main(args: argparse.Namespace) -> int:
         if value < 1:
             msg = f"{flag} must be >= 1 (got {value})"
             raise UsageError(msg)
+    if not args.budgets or not args.concurrency or min(args.concurrency) < 1:
+        msg = f"--budgets and --concurrency must list values (concurrency >= 1) (got {args.budgets}, {args.concurrency})"
+        raise UsageError(msg)
     if args.url and args.confirm:
         msg = "--confirm starts servers; it cannot be combined with --url"
         raise UsageError(msg)

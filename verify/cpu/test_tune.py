@@ -140,6 +140,7 @@ class TestCli:
         (["--results", "{root}/nope.jsonl", "--recording", "{root}/rec.jsonl"], "{root}/nope.jsonl does not exist"),
         (["--url", "http://127.0.0.1:1", "--confirm"], "--confirm starts servers; it cannot be combined with --url"),
         (["--num-prompts", "0"], "--num-prompts must be >= 1 (got 0)"),
+        (["--concurrency", "0"], "--budgets and --concurrency must list values (concurrency >= 1) (got [8, 32, 128], [0])"),
         (["--results", "{bench}", "--recording", "{bench}"],
          "{bench}:1: a record must be an object of kind 'recording' or 'round'"),
     ])
