@@ -26,6 +26,8 @@ VERBS: dict[str, str] = {
     "bench": "benchmark AR vs DFLASH vs DDTREE (and TP vs EP) against SGLang from profiles",
     "report": "write the Markdown/JSON/PNG handoff report from bench results and verify tiers",
     "topology": "classify the GPU interconnect (nvidia-smi topo -m) and recommend TP or EP",
+    "tau": "tau for every budget up to the recorded one, and the DFLASH chain's, from an acceptance recording",
+    "tune": "measure round costs and recommend the fastest DDTREE budget per concurrency on this box",
 }
 
 

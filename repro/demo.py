@@ -7,14 +7,17 @@ autoregressive decoding) and the time the tree steps take. Needs no GPU and no d
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from repro.errors import UsageError
 
 if TYPE_CHECKING:
-    from repro.toy import ToyDrafter
+    from repro.recording import Recorder
+    from repro.toy import ToyDrafter, ToyRound
 
 DEFAULT_BUDGETS = "0,1,4,16,64,256"
 
@@ -27,6 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--temperature", type=float, default=0.0, help="target sampling temperature; 0 = greedy")
     parser.add_argument("--show-rounds", type=int, default=2, help="print the trees of this many first rounds")
     parser.add_argument("--seed", type=int, default=0, help="seed of the toy models, prompts and sampling")
+    parser.add_argument("--record", type=Path, default=None, metavar="FILE",
+                        help="append an acceptance recording of each DDTree decode to FILE (read it with `repro tau`)")
 
 
 def _budgets(text: str) -> list[int]:
@@ -78,10 +83,14 @@ def main(args: argparse.Namespace) -> int:
     shown = budgets[-1] if budgets else 0
     rows, ok = [], True
     for budget in budgets:
+        recorder = _recorder(args, budget, drafter) if args.record else None
         t0 = time.perf_counter()
         dd = decode_ddtree(target, drafter, prompts, args.new_tokens, budget, sampling, seed=args.seed,
-                           keep_trees=args.show_rounds if budget == shown else 0)
+                           keep_trees=args.show_rounds if budget == shown else 0,
+                           on_round=None if recorder is None else functools.partial(_record, recorder))
         wall = time.perf_counter() - t0
+        if recorder is not None:
+            recorder.close()
         taus = [t for rnd in dd.taus for t in rnd]
         same = dd.tokens == ar.tokens
         ok &= same or not greedy
@@ -96,7 +105,25 @@ def main(args: argparse.Namespace) -> int:
     print(f"   AR decode: {ar_s:.2f} s, tau = 1 by definition")
     if greedy:
         print("lossless: every DDTree decode equals greedy AR decoding" if ok else "LOSSLESS CHECK FAILED")
+    if args.record:
+        print(f"acceptance recording: {args.record} (`repro tau {args.record}`)")
     return 0 if ok else 1
+
+
+def _recorder(args: argparse.Namespace, budget: int, drafter: ToyDrafter) -> Recorder:
+    from repro.recording import Recorder
+
+    config = {"engine": "toy", "seed": args.seed, "batch": args.batch, "temperature": args.temperature,
+              "vocab": drafter.target.vocab, "noise": drafter.noise}
+    return Recorder(args.record, budget=budget, horizon=drafter.horizon, config=config, prompts="toy", source="toy")
+
+
+def _record(recorder: Recorder, rnd: ToyRound) -> None:
+    """One toy round into the recording; request ids name the prompt set ("toy/3")."""
+    from repro.ddtree import topk_logprobs
+
+    rank0_ids = topk_logprobs(rnd.draft_logits, 1).ids[..., 0]
+    recorder.record_round([f"toy/{i}" for i in rnd.requests], rnd.out.tree, rank0_ids, rnd.out.walk)
 
 
 def _tree_time_us(drafter: ToyDrafter, budget: int) -> float:

@@ -1,4 +1,4 @@
-"""PNG figures (matplotlib, headless): the report's speedup vs budget, tau histogram and TP vs EP;
+"""PNG figures (matplotlib, headless): the report's speedup vs budget, tau histogram, TP vs EP and tune;
 the top-K benchmark's time against batch size.
 
 Each function writes one file and returns None, or returns a sentence saying why there was
@@ -195,3 +195,59 @@ def verify_cost_vs_tokens(rows: list[dict[str, Any]], path: Path, *, title: str 
     ax.grid(alpha=0.3, which="both")
     _save(fig, path)
     return None
+
+
+def tune_prediction(tunes: list[dict[str, Any]], path: Path) -> str | None:
+    """Per `repro tune` result: predicted DDTREE tok/s against B per concurrency (measured cells as
+    dots, hollow when held out of the fit; DFLASH dashed; the recommendation starred), and predicted
+    against measured with the +-10% band."""
+    tunes = [t for t in tunes if t["checks"]]
+    if not tunes:
+        return "no `repro tune` result with a measured cell to compare a prediction with"
+    plt = _pyplot()
+    fig, axes = _grid(plt, 2 * len(tunes))
+    for k, tune in enumerate(tunes):
+        _tune_curves(axes[2 * k], tune)
+        _tune_scatter(axes[2 * k + 1], tune)
+    _save(fig, path)
+    return None
+
+
+def _tune_curves(ax: Any, tune: dict[str, Any]) -> None:
+    budgets = []
+    for i, row in enumerate(tune["concurrency"]):
+        color = f"C{i}"
+        if row["curve"]:
+            xs, ys = zip(*row["curve"], strict=True)
+            ax.plot(xs, ys, color=color, label=f"c={row['concurrency']}")
+            ax.plot([row["budget"]], [row["tok_s"]], "*", color=color, markersize=12)
+            budgets += [b for b in (xs[0], xs[-1]) if b > 0]
+        if row["dflash_tok_s"]:
+            ax.axhline(row["dflash_tok_s"], color=color, linestyle="--", linewidth=1)
+        mine = [c for c in tune["checks"] if c["concurrency"] == row["concurrency"]]
+        for check in mine:
+            ax.plot([check["budget"]], [check["measured"]], "o", color=color,
+                    markerfacecolor=color if check["fit"] else "none")
+        budgets += [c["budget"] for c in mine if c["budget"] > 0]
+    _log2_axis(ax, budgets or [1])
+    ax.set_xlabel("DDTree budget B")
+    ax.set_ylabel("output tok/s")
+    ax.set_title(f"{tune['profile']}: predicted (lines), measured (dots, hollow held out), DFLASH dashed", fontsize=8)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+
+
+def _tune_scatter(ax: Any, tune: dict[str, Any]) -> None:
+    pts = [(c["measured"], c["predicted"], c["fit"]) for c in tune["checks"]]
+    top = 1.1 * max(max(m, p) for m, p, _ in pts)
+    ax.fill_between([0, top], [0, 0.9 * top], [0, 1.1 * top], color="gray", alpha=0.15, label="+-10%")
+    ax.plot([0, top], [0, top], color="gray", linewidth=0.8)
+    for fit, label in ((True, "fit"), (False, "held out")):
+        mine = [(m, p) for m, p, f in pts if f == fit]
+        if mine:
+            ax.plot(*zip(*mine, strict=True), "o", markerfacecolor="C0" if fit else "none", color="C0", label=label)
+    ax.set_xlabel("measured tok/s")
+    ax.set_ylabel("predicted tok/s")
+    ax.set_title(f"{tune['profile']} T={tune['temperature']:g}: prediction vs measurement", fontsize=9)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)

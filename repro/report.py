@@ -19,11 +19,13 @@ from repro import plots
 from repro.errors import UsageError
 from repro.profiles import Profile, load_profiles, load_thresholds
 from repro.results import HEADERS, format_table, load_records, results_files, summarize, table_rows
+from repro.tuning import render as render_tune
 from repro.verdicts import FAIL, judge, tp_ep_points
 
 PLOTS = {"speedup_vs_budget.png": "DDTree speedup over AR vs budget (DFLASH dashed)",
          "tau_histogram.png": "Per-request tau (tokens per verify round)",
-         "tp_vs_ep_throughput.png": "TP vs TP+EP output throughput vs concurrency"}
+         "tp_vs_ep_throughput.png": "TP vs TP+EP output throughput vs concurrency",
+         "tune_predicted_vs_measured.png": "repro tune: predicted vs measured DDTREE throughput"}
 _FLAG_SKIPS = ("--benchmark-skip active", "--benchmark-only active")
 
 
@@ -167,6 +169,7 @@ def _markdown(data: dict[str, Any], summaries: list[Any]) -> str:
                                  "TP/EP"), rows, markdown=True))
     else:
         out.append("No cell was measured on both a TP and a TP+EP profile of one machine.")
+    out += tune_markdown(data["tune"])
     out += ["", "## Plots", ""]
     for name, caption in PLOTS.items():
         note = data["plots"][name]
@@ -188,12 +191,14 @@ def main(args: argparse.Namespace) -> int:
     profiles = _profiles(records, args.profile_file)
     verdicts = judge(summaries, profiles, load_thresholds(args.thresholds_file))
     points = tp_ep_points(summaries, profiles)
+    tunes = tune_results(records)
     out_dir = args.output_dir
     out_dir.mkdir(parents=True, exist_ok=True)
     drawn = {name: draw(out_dir / name) for name, draw in {
         "speedup_vs_budget.png": lambda path: plots.speedup_vs_budget(summaries, path),
         "tau_histogram.png": lambda path: plots.tau_histogram(summaries, path),
         "tp_vs_ep_throughput.png": lambda path: plots.tp_ep_throughput(points, path),
+        "tune_predicted_vs_measured.png": lambda path: plots.tune_prediction(tunes, path),
     }.items()}
     for name, note in drawn.items():
         if note is not None:  # no stale figure from an earlier report in the same directory
@@ -206,7 +211,7 @@ def main(args: argparse.Namespace) -> int:
         "verdicts": [asdict(v) for v in verdicts],
         "summaries": [{**asdict(s.cell), **{k: v for k, v in asdict(s).items() if k != "cell"}}
                       for s in summaries],
-        "tp_vs_ep": [{**asdict(p), "ratio": p.ratio} for p in points], "plots": drawn,
+        "tp_vs_ep": [{**asdict(p), "ratio": p.ratio} for p in points], "plots": drawn, "tune": tunes,
     }
     (out_dir / "report.json").write_text(json.dumps(data, indent=2, default=str) + "\n")
     (out_dir / "report.md").write_text(_markdown(data, summaries) + "\n")
@@ -215,3 +220,19 @@ def main(args: argparse.Namespace) -> int:
     print(f"report: {out_dir / 'report.md'} ({len(verdicts)} verdicts, {failed} failed"
           f"{'; tiers: ' + ran if ran else ''})")
     return 0
+
+
+def tune_results(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The latest `repro tune` record of each profile."""
+    latest = {r["profile"]: r for r in records if r.get("kind") == "tune"}
+    return list(latest.values())
+
+
+def tune_markdown(tunes: list[dict[str, Any]]) -> list[str]:
+    """The report's budget-tuning section."""
+    out = ["", "## Budget tuning (`repro tune`)", ""]
+    if not tunes:
+        return [*out, "No `repro tune` result was given."]
+    for tune in tunes:
+        out += [render_tune(tune, markdown=True), ""]
+    return out

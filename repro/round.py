@@ -23,7 +23,7 @@ from typing import Protocol
 
 import torch
 
-from repro.ddtree import DraftTree, TopK, build_trees_from_topk, merge_topk, topk_logprobs
+from repro.ddtree import NOT_ACCEPTED, DraftTree, TopK, WalkResult, build_trees_from_topk, merge_topk, topk_logprobs
 from repro.ddtree.accept import Accepted, SlotTable, commit_width
 from repro.ddtree.accept import accept as accept_torch
 from repro.ddtree.tensors import tree_inputs
@@ -251,6 +251,20 @@ class Round:
     def width(self) -> int:
         """W = min(L, B) + 1, the widest emission of the round."""
         return commit_width(self.drafted.tree)
+
+    @property
+    def tree(self) -> DraftTree:
+        """The round's tree."""
+        return self.drafted.tree
+
+    @property
+    def walk(self) -> WalkResult:
+        """The accepted path as ``repro.ddtree.walk`` returns it ([bs, L + 1], NOT_ACCEPTED padded)."""
+        idx = self.accepted.accept_index
+        pad = self.tree.horizon + 1 - idx.shape[1]
+        if pad:
+            idx = torch.cat([idx, idx.new_full((idx.shape[0], pad), NOT_ACCEPTED)], 1)
+        return WalkResult(idx, self.accepted.accept_len.to(torch.int64), self.accepted.bonus)
 
 
 def ddtree_round(engine: Engine, tail: DraftTail) -> Round:

@@ -10,6 +10,7 @@ most of the time and at ranks 1, 2, ... otherwise: side branches of a tree then 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -17,7 +18,7 @@ import torch
 from repro.ddtree import greedy_tokens, sample_target_tokens
 from repro.ddtree.accept import Accepted, SlotTable
 from repro.ddtree.tensors import tree_mask_index
-from repro.round import Drafted, DraftTail, ddtree_round
+from repro.round import Drafted, DraftTail, Round, ddtree_round
 
 
 @dataclass
@@ -100,15 +101,17 @@ class ToyTarget:
         cache.append(k, v, hidden, torch.ones(bs, dtype=torch.int64))
         return logits[:, 0], hidden[:, 0]
 
-    def verify(self, drafted: Drafted, cache: KVCache) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Tree verify: every node attends to the committed cache and, per the ancestor blocks of
-        the flat FULL mask, to the tree rows it may see. Returns logits [bs, N, V], hidden, k, v
-        [bs, N, H]."""
-        bs, n = drafted.tree.tokens.shape
-        anc = drafted.mask[tree_mask_index(cache.lens, n)].bool()  # [bs, N, N]
+    def verify(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, n: int, cache: KVCache
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Tree verify of N = ``n`` rows per request ([bs*N] ids and positions): every node attends
+        to the committed cache and, per the ancestor blocks of the flat FULL ``mask``, to the tree
+        rows it may see. Returns logits [bs, N, V], hidden, k, v [bs, N, H]."""
+        bs = input_ids.numel() // n
+        anc = mask[tree_mask_index(cache.lens, n)].bool()  # [bs, N, N]
         committed = torch.arange(cache.k.shape[1])[None, None, :] < cache.lens[:, None, None]
         allow = torch.cat([committed.expand(bs, n, -1), anc], 2)
-        return self.forward(drafted.input_ids.view(bs, n), drafted.positions.view(bs, n), cache, allow)
+        return self.forward(input_ids.view(bs, n), positions.view(bs, n), cache, allow)
 
 
 class ToyDrafter:
@@ -182,9 +185,9 @@ def decode_ar(target: ToyTarget, prompts: torch.Tensor, new_tokens: int, samplin
 class _ToyEngine:
     """The toy pair as a round engine (``repro.round.Engine``): eager tail, cache appends."""
 
-    def __init__(self, target: ToyTarget, drafter: ToyDrafter, cache: KVCache, roots: torch.Tensor,
+    def __init__(self, target: ToyTarget, rows: torch.Tensor, cache: KVCache, roots: torch.Tensor,
                  sampling: Sampling, gen: torch.Generator) -> None:
-        self.model, self.drafter, self.cache, self.roots = target, drafter, cache, roots
+        self.model, self.rows, self.cache, self.roots = target, rows, cache, roots
         self.sampling, self.gen = sampling, gen
         self._verified: tuple[torch.Tensor, ...] = ()
 
@@ -194,14 +197,15 @@ class _ToyEngine:
         return self.cache.lens
 
     def draft(self, tail: DraftTail) -> Drafted:
-        """The noisy-oracle drafter's rows, then the tail on them."""
+        """The tail on the round's drafter rows."""
         bs, n = self.roots.shape[0], tail.n
         mask = torch.zeros(n * int(self.cache.lens.sum()) + bs * n * n, dtype=torch.bool)
-        return tail(self.drafter.draft(self.roots, self.cache), self.roots, self.cache.lens, mask)
+        return tail(self.rows, self.roots, self.cache.lens, mask)
 
     def target(self, drafted: Drafted) -> torch.Tensor:
         """The toy target's tree verify; its hidden states and K/V wait for the commit."""
-        logits, *self._verified = self.model.verify(drafted, self.cache)
+        n = drafted.tree.n
+        logits, *self._verified = self.model.verify(drafted.input_ids, drafted.positions, drafted.mask, n, self.cache)
         return logits.reshape(-1, logits.shape[-1])
 
     def choose(self, logits: torch.Tensor) -> torch.Tensor:
@@ -224,6 +228,24 @@ class _ToyEngine:
         self.cache.append(k, v, hidden, accepted.accept_len.to(torch.int64))
 
 
+@dataclass(frozen=True)
+class ToyRound:
+    """What ``decode_ddtree``'s ``on_round`` hook sees of one round."""
+
+    requests: list[int]  # original request index of each batch row
+    draft_logits: torch.Tensor  # [bs, L, V] the drafter rows the tree was built from
+    roots: torch.Tensor  # [bs] the round's root tokens
+    cache: KVCache  # a copy of the committed cache the round verified against (without this round)
+    out: Round
+
+
+def toy_round(target: ToyTarget, rows: torch.Tensor, cache: KVCache, roots: torch.Tensor, budget: int,
+              sampling: Sampling, gen: torch.Generator) -> Round:
+    """One round of the toy pair on given drafter rows [bs, L, V]; commits into ``cache``."""
+    tail = DraftTail(budget, rows.shape[1], target.vocab)
+    return ddtree_round(_ToyEngine(target, rows, cache, roots, sampling, gen), tail)
+
+
 def decode_ddtree(
     target: ToyTarget,
     drafter: ToyDrafter,
@@ -233,23 +255,31 @@ def decode_ddtree(
     sampling: Sampling,
     seed: int = 0,
     keep_trees: int = 0,
+    on_round: Callable[[ToyRound], None] | None = None,
 ) -> Decoded:
-    """DDTree decoding with the toy pair; every request runs until it has ``new_tokens``."""
+    """DDTree decoding with the toy pair; every request runs until it has ``new_tokens``.
+
+    ``on_round``, when given, is called once per round with the round and the cache it verified
+    against (recording, tests).
+    """
     gen = torch.Generator().manual_seed(seed)
     cap = prompts.shape[1] + new_tokens + 2 * drafter.horizon + 2  # + last-round overshoot + rollout
     cache, roots = prefill(target, prompts, cap, sampling, gen)
     tokens = [[int(t)] for t in roots]
     result = Decoded(tokens, list(cache.hidden))  # lists shared with the cache: filled as it commits
     live = list(range(prompts.shape[0]))  # original index of each request still in the batch
-    tail = DraftTail(budget, drafter.horizon, target.vocab)
     while live:
-        rnd = ddtree_round(_ToyEngine(target, drafter, cache, roots, sampling, gen), tail)
+        rows = drafter.draft(roots, cache)
+        before = cache.clone() if on_round is not None else None
+        rnd = toy_round(target, rows, cache, roots, budget, sampling, gen)
+        if on_round is not None:
+            on_round(ToyRound(list(live), rows, roots, before, rnd))
         taus = rnd.accepted.accept_len.tolist()
         for b, (row, tau) in enumerate(zip(rnd.accepted.tokens.tolist(), taus, strict=True)):
             tokens[live[b]].extend(row[:tau])
         result.taus.append(taus)
         if len(result.trees) < keep_trees:
-            result.trees.append((rnd.drafted.tree, rnd.accepted.walk_result()))
+            result.trees.append((rnd.tree, rnd.walk))
         going = torch.tensor([len(tokens[i]) < new_tokens for i in live])
         live = [i for i, g in zip(live, going.tolist(), strict=True) if g]
         cache, roots = cache.select(going), rnd.accepted.bonus[going]

@@ -6,6 +6,7 @@ re-exported: tests and ``repro golden`` import it by name.
 """
 
 from repro.ddtree.accept import Accepted, SlotTable, accept
+from repro.ddtree.chain import ChainFields, chain_fields
 from repro.ddtree.commit import Emission, accepted_rows, emitted_tokens, finish_host, kv_slots_to_keep
 from repro.ddtree.tensors import ancestor_mask, full_mask, positions, tree_inputs, tree_pointers, verify_tensors
 from repro.ddtree.topk import merge_topk, topk_logprobs
@@ -30,6 +31,7 @@ __all__ = [
     "NO_SIBLING",
     "NO_TOKEN",
     "Accepted",
+    "ChainFields",
     "DraftTree",
     "Emission",
     "SlotTable",
@@ -41,6 +43,7 @@ __all__ = [
     "ancestor_mask",
     "build_trees",
     "build_trees_from_topk",
+    "chain_fields",
     "emitted_tokens",
     "finish_host",
     "full_mask",

@@ -46,10 +46,6 @@ class Accepted:
     new_seq_lens: torch.Tensor  # [bs] prefix + tau, in prefix_lens' dtype
     path_slots: torch.Tensor | None  # [bs, W] int64 the reordered window's first W slots (None: no table)
 
-    def walk_result(self) -> WalkResult:
-        """The accepted path as ``walk`` returns it (accept_index padded to L + 1 columns elsewhere)."""
-        return WalkResult(self.accept_index, self.accept_len.to(torch.int64), self.bonus)
-
 
 def commit_width(tree: DraftTree) -> int:
     """W = min(L, B) + 1: the longest path a tree of this budget and horizon can accept."""

@@ -1,0 +1,211 @@
+"""The budget that is fastest here: tau(B) from a recording, round costs from bench results.
+
+For each concurrency c the predicted DDTREE throughput of every budget B in the measured range
+(and at most the recorded budget) is ``costs.predict_tok_s(c, M, TTFT(c, B), T_round(c, B),
+tau(B))``; the recommendation is its argmax. DFLASH's throughput is the measured one where a DFLASH
+cell exists, else predicted from the chain's tau on the recorded rows (its low bound: censored
+rounds count their least) and T_round(c, L) (a round of L + 1 verify tokens, the same drafter).
+
+Checks (issue 22): predictions for cells measured but kept out of the fit (``holdout``) within
+``PREDICTION_TOLERANCE``, on at least ``MIN_CHECK_CELLS`` cells; where the recommended budget was
+measured, its throughput within ``RECOMMENDATION_TOLERANCE`` of the best measured budget's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict
+from typing import Any
+
+from repro.acceptance import ChainEstimate, Estimate, Recording, budget_taus, chain_estimate, prompt_sets
+from repro.costs import CellCost, CostModel, cell_costs, predict_tok_s
+from repro.errors import UsageError
+from repro.results import format_table
+from repro.verdicts import FAIL, NOT_MEASURED, PASS, Verdict
+
+PREDICTION_TOLERANCE = 0.10  # issue 22: predicted tok/s within 10% of measured on held-out cells
+MIN_CHECK_CELLS = 3  # issue 22: at least three (B, c) cells not used to fit the costs
+RECOMMENDATION_TOLERANCE = 0.03  # issue 22: recommended budget within 3% of the best measured one
+SOURCE = "issue 22 acceptance (repro/tuning.py)"
+
+
+def pick_recording(recordings: Sequence[Recording]) -> Recording:
+    """The DDTREE recordings of the largest budget and the latest digest, pooled (request ids
+    prefixed by their recording so requests stay apart)."""
+    tree = [r for r in recordings if r.algorithm == "DDTREE"]
+    if not tree:
+        msg = "the recording file holds no DDTREE recording"
+        raise UsageError(msg)
+    top = max(r.budget for r in tree)
+    latest = [r for r in tree if r.budget == top][-1]
+    same = [r for r in tree if r.budget == top and r.digest == latest.digest]
+    rounds = [dataclasses.replace(x, req=f"{r.rec}:{x.req}") for r in same for x in r.rounds]
+    return dataclasses.replace(latest, rounds=rounds)
+
+
+def _one(values: Iterable[Any], what: str) -> Any:
+    found = sorted(set(values))
+    if len(found) != 1:
+        msg = f"the benchmark cells must share one {what} (got {found})"
+        raise UsageError(msg)
+    return found[0]
+
+
+def analyze(records: list[dict[str, Any]], recording: Recording, *, profile: str, temperature: float,
+            holdout: set[int]) -> dict[str, Any]:
+    """The tune result: costs, predictions, recommendation, DFLASH comparison and checks."""
+    costs = cell_costs(records, profile, temperature)
+    if not any(c.algorithm == "DDTREE" for c in costs):
+        msg = f"no DDTREE benchmark cell of profile {profile!r} at T={temperature:g} in the results"
+        raise UsageError(msg)
+    new_tokens = _one((c.new_tokens for c in costs), "max_new_tokens")
+    cell_prompts = _one((r["cell"]["prompts"] for r in records if r.get("kind") == "request"
+                         and r["cell"]["profile"] == profile and r["cell"]["temperature"] == temperature), "prompt set")
+    sets = prompt_sets(recording)
+    prompts = cell_prompts if cell_prompts in sets else "all" if "all" in sets else next(iter(sets), None)
+    rounds = sets.get(prompts, []) if prompts else []
+    if not rounds:
+        msg = f"recording {recording.rec} holds no rounds"
+        raise UsageError(msg)
+    taus = budget_taus(rounds, recording.budget)
+    chain = chain_estimate(rounds, recording.horizon)
+    fit = {c.budget for c in costs if c.algorithm == "DDTREE" and c.budget not in holdout}
+    model = CostModel(costs, fit)
+    per_c = [_concurrency(model, c, new_tokens, taus, chain, recording) for c in
+             sorted({c.concurrency for c in costs if c.algorithm == "DDTREE"})]
+    checks = _checks(model, costs, new_tokens, taus, fit, recording.budget)
+    return {
+        "kind": "tune", "profile": profile, "temperature": temperature, "max_new_tokens": new_tokens,
+        "recording": {"rec": recording.rec, "budget": recording.budget, "horizon": recording.horizon,
+                      "digest": recording.digest, "prompts": prompts, "rounds": len(rounds),
+                      "requests": len({r.req for r in rounds})},
+        "tau": {str(b): taus[b].as_dict() for b in range(recording.budget + 1)},
+        "chain": None if chain is None else chain.as_dict(),
+        "costs": [c.as_dict() for c in costs], "fit_budgets": sorted(fit), "holdout_budgets": sorted(holdout),
+        "concurrency": per_c, "checks": checks,
+        "verdicts": [asdict(v) for v in _verdicts(per_c, checks, profile)],
+    }
+
+
+def _concurrency(model: CostModel, c: int, new_tokens: int, taus: list[Estimate], chain: ChainEstimate | None,
+                 recording: Recording) -> dict[str, Any]:
+    """Predicted curve, recommendation and the DFLASH comparison at one concurrency."""
+    fitted = [b for b in model.budgets(c) if b <= recording.budget]
+    curve = []
+    if fitted:
+        for b in range(fitted[0], fitted[-1] + 1):
+            round_ms, ttft_ms = model.round_ms(c, b), model.ttft_ms(c, b)
+            curve.append([b, predict_tok_s(c, new_tokens, ttft_ms, round_ms, taus[b].value)])
+    best = max(curve, key=lambda p: p[1]) if curve else None
+    drafter = model.drafter_ms(c)
+    dflash = model.measured("DFLASH", c)
+    dflash_tok_s, dflash_source = (dflash.tok_s, "measured") if dflash else (None, None)
+    if dflash is None and chain is not None:
+        verify_ms, ttft_ms = model.round_ms(c, recording.horizon), model.ttft_ms(c, recording.horizon)
+        if verify_ms is not None:
+            dflash_tok_s = predict_tok_s(c, new_tokens, ttft_ms, verify_ms, chain.low.value)
+            dflash_source = "predicted (chain tau low bound, T_round(c, L))"
+    ar = model.measured("AR", c)
+    measured = [cell for cell in model.costs if cell.algorithm == "DDTREE" and cell.concurrency == c]
+    top = max(measured, key=lambda cell: cell.tok_s, default=None)
+    return {
+        "concurrency": c, "curve": curve, "budget": best[0] if best else None, "tok_s": best[1] if best else None,
+        "measured_tok_s": _measured_tok_s(model, c, best[0]) if best else None,
+        "dflash_tok_s": dflash_tok_s, "dflash_source": dflash_source,
+        "beats_dflash": None if best is None or dflash_tok_s is None else best[1] > dflash_tok_s,
+        "best_measured_budget": top.budget if top else None, "best_measured_tok_s": top.tok_s if top else None,
+        "ar_tok_s": ar.tok_s if ar else None,
+        "drafter_ms": None if drafter is None else drafter[0],
+        "drafter_extrapolated": None if drafter is None else drafter[1],
+    }
+
+
+def _measured_tok_s(model: CostModel, c: int, budget: int) -> float | None:
+    cell = model.measured("DDTREE", c, budget)
+    return cell.tok_s if cell else None
+
+
+def _checks(model: CostModel, costs: list[CellCost], new_tokens: int, taus: list[Estimate], fit: set[int],
+            recorded: int) -> list[dict[str, Any]]:
+    """Predicted vs measured for every DDTREE cell the model covers."""
+    out = []
+    for cell in costs:
+        if cell.algorithm != "DDTREE" or cell.budget is None or cell.budget > recorded:
+            continue
+        round_ms, ttft_ms = model.round_ms(cell.concurrency, cell.budget), model.ttft_ms(cell.concurrency, cell.budget)
+        if round_ms is None or ttft_ms is None:
+            continue
+        predicted = predict_tok_s(cell.concurrency, new_tokens, ttft_ms, round_ms, taus[cell.budget].value)
+        out.append({"budget": cell.budget, "concurrency": cell.concurrency, "fit": cell.budget in fit,
+                    "predicted": predicted, "measured": cell.tok_s, "error": predicted / cell.tok_s - 1,
+                    "tau_recorded": taus[cell.budget].value, "tau_measured": cell.tau})
+    return out
+
+
+def _verdicts(per_c: list[dict[str, Any]], checks: list[dict[str, Any]], profile: str) -> list[Verdict]:
+    held = [c for c in checks if not c["fit"]]
+    worst = max((abs(c["error"]) for c in held), default=None)
+    bound = f"|error| <= {PREDICTION_TOLERANCE:.0%} on >= {MIN_CHECK_CELLS} held-out cells"
+    subject = f"{profile} predicted vs measured tok/s, {len(held)} held-out cells"
+    if len(held) < MIN_CHECK_CELLS:
+        status = NOT_MEASURED
+    else:
+        status = PASS if worst is not None and worst <= PREDICTION_TOLERANCE else FAIL
+    verdicts = [Verdict("tune prediction", subject, worst, bound, status, SOURCE)]
+    for row in per_c:
+        best = row["best_measured_tok_s"]
+        got = row["measured_tok_s"]
+        value = None if got is None or not best else got / best
+        ok = value is not None and value >= 1 - RECOMMENDATION_TOLERANCE
+        verdicts.append(Verdict(
+            "tune recommendation", f"{profile} c={row['concurrency']} B={row['budget']} vs best measured budget",
+            value, f">= {1 - RECOMMENDATION_TOLERANCE:g} of the best measured",
+            NOT_MEASURED if value is None else PASS if ok else FAIL, SOURCE))
+    return verdicts
+
+
+def _fmt(value: float | None, spec: str = ".1f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def render(result: dict[str, Any], *, markdown: bool) -> str:
+    """A tune result as text or Markdown: recommendation per concurrency, DFLASH comparison,
+    predicted vs measured, checks, and the server arguments to use."""
+    rec, item, gap = result["recording"], "- " if markdown else "  ", [""] if markdown else []
+    out = [(f"tune {result['profile']} at T={result['temperature']:g}, {result['max_new_tokens']} new tokens: "
+           f"recording {rec['rec']} (DDTREE B={rec['budget']}, {rec['rounds']} rounds of {rec['requests']} "
+           f"requests, prompts {rec['prompts']}); costs fitted at B = {result['fit_budgets']}, held out "
+           f"{result['holdout_budgets'] or 'none'}"), ""]
+    rows = []
+    for row in result["concurrency"]:
+        ratio = None if not row["dflash_tok_s"] or row["tok_s"] is None else row["tok_s"] / row["dflash_tok_s"]
+        drafter = _fmt(row["drafter_ms"], ".2f") + (" (extrapolated)" if row["drafter_extrapolated"] else "")
+        rows.append([str(row["concurrency"]), _fmt(row["budget"], "d"), _fmt(row["tok_s"]), _fmt(row["measured_tok_s"]),
+                     f"{_fmt(row['best_measured_tok_s'])} (B={row['best_measured_budget']})", _fmt(row["dflash_tok_s"]),
+                     "-" if ratio is None else f"{ratio:.2f}x", _fmt(row["ar_tok_s"]), drafter])
+    out.append(format_table(("c", "best B", "predicted tok/s", "measured", "best measured", "DFLASH tok/s",
+                             "DDTREE/DFLASH", "AR tok/s", "drafter ms"), rows, markdown=markdown))
+    out += [*gap, ("DFLASH: measured where a DFLASH cell exists, else predicted from the chain's tau low bound; "
+            "drafter ms = T_round(c, 0) - T_AR(c).")]
+    wins = [str(r["concurrency"]) for r in result["concurrency"] if r["beats_dflash"]]
+    losses = [str(r["concurrency"]) for r in result["concurrency"] if r["beats_dflash"] is False]
+    out.append(f"DDTREE beats DFLASH at c = {', '.join(wins) or 'none'}"
+               + (f"; not at c = {', '.join(losses)}" if losses else "") + ".")
+    out += ["", "Predicted vs measured:", *gap]
+    rows = [[str(c["budget"]), str(c["concurrency"]), "fit" if c["fit"] else "held out", _fmt(c["predicted"]),
+             _fmt(c["measured"]), f"{100 * c['error']:+.1f}%", _fmt(c["tau_recorded"], ".2f"),
+             _fmt(c["tau_measured"], ".2f")] for c in result["checks"]]
+    out.append(format_table(("B", "c", "cell", "predicted", "measured", "error", "tau rec", "tau meas"), rows,
+                            markdown=markdown))
+    out += ["", "Checks:", *gap]
+    out += [f"{item}{v['status']}: {v['check']}, {v['subject']} = {_fmt(v['value'], '.3f')} ({v['bound']})"
+            for v in result["verdicts"]]
+    out += ["", "Server arguments:", *gap]
+    for row in result["concurrency"]:
+        if row["budget"] is None:
+            continue
+        algo = "DDTREE" if row["beats_dflash"] is not False else "DFLASH"
+        args = f"--speculative-algorithm {algo}" + (f" --speculative-ddtree-budget {row['budget']}" if algo == "DDTREE" else "")
+        out.append(f"{item}c={row['concurrency']}: `{args}`" if markdown else f"{item}c={row['concurrency']}: {args}")
+    return "\n".join(out)

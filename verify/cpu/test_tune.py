@@ -1,0 +1,213 @@
+"""Tests for `repro tune` and `repro.tuning` on synthetic recordings and bench results with known costs,
+plus the sweep against the fake SGLang server and the report's tuning section."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from repro.acceptance import read_recordings
+from repro.cli import main as cli
+from repro.costs import predict_tok_s
+from repro.tuning import analyze, pick_recording
+from repro.verdicts import FAIL, NOT_MEASURED, PASS
+from verify.fake_sglang import REPO, make_models, write_profiles
+from verify.tunedata import bench_records, linear_round_ms, write_recording
+
+FIT, HOLDOUT, CONC = [8, 32, 128], [16, 64], [1, 4, 8]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """A B = 128 recording and bench results whose round times are linear in B (exactly interpolable)."""
+    root = tmp_path_factory.mktemp("tune")
+    taus = write_recording(root / "rec.jsonl")
+    records = bench_records(taus, linear_round_ms, budgets=FIT + HOLDOUT, concurrency=CONC)
+    return root, taus, records
+
+
+def _analyze(world, records=None, holdout=HOLDOUT):
+    root, _, default = world
+    recording = pick_recording(read_recordings(root / "rec.jsonl"))
+    return analyze(records or default, recording, profile="p", temperature=0.0, holdout=set(holdout))
+
+
+class TestAnalyze:
+    def test_held_out_cells_are_predicted(self, world):
+        """With linear costs every held-out (B, c) cell is predicted within 1% (the rounding of
+        rounds per request), and the prediction check passes."""
+        result = _analyze(world)
+        held = [c for c in result["checks"] if not c["fit"]]
+        assert len(held) == len(HOLDOUT) * len(CONC)
+        assert max(abs(c["error"]) for c in held) < 0.01
+        (prediction, *_) = result["verdicts"]
+        assert (prediction["check"], prediction["status"]) == ("tune prediction", PASS)
+
+    def test_recommendation_is_the_argmax_of_the_model(self, world):
+        """The recommended budget maximises c M / (TTFT + (M - 1)/tau(B) T_round(c, B)) over 8..128."""
+        _, taus, _ = world
+        result = _analyze(world)
+        for row in result["concurrency"]:
+            c = row["concurrency"]
+            want = max(range(8, 129), key=lambda b: predict_tok_s(c, 128, 20.0, linear_round_ms("DDTREE", b, c), taus[b]))
+            assert row["budget"] == want
+            assert row["tok_s"] == pytest.approx(predict_tok_s(c, 128, 20.0, linear_round_ms("DDTREE", want, c), taus[want]))
+            assert [b for b, _ in row["curve"]] == list(range(8, 129))
+
+    def test_dflash_and_drafter(self, world):
+        """DFLASH is the measured cell; the drafter cost is T_round(c, 0) - T_AR(c), extrapolated."""
+        result = _analyze(world)
+        for row in result["concurrency"]:
+            c = row["concurrency"]
+            assert row["dflash_source"] == "measured"
+            assert row["beats_dflash"] == (row["tok_s"] > row["dflash_tok_s"])
+            assert row["drafter_ms"] == pytest.approx(2.0 + 0.5 * c)
+            assert row["drafter_extrapolated"] is True
+
+    def test_dflash_predicted_from_the_chain_without_a_dflash_cell(self, world):
+        """Without DFLASH cells its throughput comes from the chain's tau low bound and T_round(c, L)."""
+        records = [r for r in world[2] if r.get("cell", {}).get("algorithm") != "DFLASH"]
+        result = _analyze(world, records)
+        low = result["chain"]["low"]
+        for row in result["concurrency"]:
+            c = row["concurrency"]
+            assert row["dflash_source"].startswith("predicted")
+            assert row["dflash_tok_s"] == pytest.approx(predict_tok_s(c, 128, 20.0, linear_round_ms("DDTREE", 15, c), low))
+
+    def test_a_slow_held_out_cell_fails_the_check(self, world):
+        """Held-out cells 25% slower than the costs say fail the 10% prediction check."""
+        _, taus, _ = world
+        slow = bench_records(taus, linear_round_ms, budgets=FIT + HOLDOUT, concurrency=CONC,
+                             scale=lambda a, b, c: 1.25 if b in HOLDOUT else 1.0)
+        (prediction, *_) = _analyze(world, slow)["verdicts"]
+        assert prediction["status"] == FAIL and prediction["value"] == pytest.approx(0.25, abs=0.01)
+
+    def test_too_few_held_out_cells_is_not_measured(self, world):
+        """Fewer than three held-out cells cannot judge the predictions."""
+        _, taus, _ = world
+        records = bench_records(taus, linear_round_ms, budgets=[8, 16, 128], concurrency=[1, 4])
+        (prediction, *_) = _analyze(world, records, holdout=[16])["verdicts"]
+        assert prediction["status"] == NOT_MEASURED
+
+    def test_recommendation_check_against_the_best_measured_budget(self, world):
+        """Where the recommended budget was measured, it must reach 97% of the best measured budget."""
+        _, taus, _ = world
+        best = _analyze(world)["concurrency"][0]["budget"]
+        records = bench_records(taus, linear_round_ms, budgets=sorted({*FIT, *HOLDOUT, best}), concurrency=[1])
+        result = _analyze(world, records, holdout=[*HOLDOUT, best])
+        check = result["verdicts"][1]
+        assert check["status"] == PASS and check["value"] == pytest.approx(1.0)
+        slower = bench_records(taus, linear_round_ms, budgets=sorted({*FIT, *HOLDOUT, best}), concurrency=[1],
+                               scale=lambda a, b, c: 1.1 if b == best else 1.0)
+        assert _analyze(world, slower, holdout=[*HOLDOUT, best])["verdicts"][1]["status"] == FAIL
+
+
+def _profiles(path: Path) -> Path:
+    return write_profiles(path, {"p": {"sglang": {"fake-step-ms": 3}}})
+
+
+class TestCli:
+    def test_results_mode_prints_and_records(self, world, tmp_path, capsys):
+        """--results: the table, the checks, the server arguments and a tune record; exit 0."""
+        root, _, records = world
+        results = tmp_path / "bench.jsonl"
+        results.write_text("".join(json.dumps(r) + "\n" for r in records))
+        rc = cli(["tune", "p", "--profile-file", str(_profiles(tmp_path / "profiles.toml")), "--results", str(results),
+                  "--recording", str(root / "rec.jsonl"), "-o", str(tmp_path / "out")])
+        out = capsys.readouterr().out
+        assert rc == 0, out
+        assert "DDTREE beats DFLASH at c =" in out and "pass: tune prediction" in out
+        assert "c=1: --speculative-algorithm DDTREE --speculative-ddtree-budget" in out
+        assert "command for c=8: python -m verify.fake_sglang" in out
+        (record,) = [json.loads(line) for line in (tmp_path / "out" / "tune.jsonl").read_text().splitlines()]
+        assert record["kind"] == "tune" and record["fingerprint"] == {"gpus": [{"name": "Fake GPU"}]}
+
+    def test_failed_check_exits_1(self, world, tmp_path, capsys):
+        """A failed prediction check is exit 1."""
+        root, taus, _ = world
+        slow = bench_records(taus, linear_round_ms, budgets=FIT + HOLDOUT, concurrency=CONC,
+                             scale=lambda a, b, c: 1.25 if b in HOLDOUT else 1.0)
+        results = tmp_path / "bench.jsonl"
+        results.write_text("".join(json.dumps(r) + "\n" for r in slow))
+        assert cli(["tune", "p", "--profile-file", str(_profiles(tmp_path / "profiles.toml")), "--results",
+                    str(results), "--recording", str(root / "rec.jsonl"), "-o", str(tmp_path / "out")]) == 1
+        assert "fail: tune prediction" in capsys.readouterr().out
+
+    @pytest.mark.parametrize(("args", "message"), [
+        (["--results", "{root}/rec.jsonl"], "--results needs --recording (the acceptance recording of the budgets to predict)"),
+        (["--results", "{root}/nope.jsonl", "--recording", "{root}/rec.jsonl"], "{root}/nope.jsonl does not exist"),
+        (["--url", "http://127.0.0.1:1", "--confirm"], "--confirm starts servers; it cannot be combined with --url"),
+        (["--num-prompts", "0"], "--num-prompts must be >= 1 (got 0)"),
+        (["--concurrency", "0"], "--budgets and --concurrency must list values (concurrency >= 1) (got [8, 32, 128], [0])"),
+        (["--results", "{bench}", "--recording", "{bench}"],
+         "{bench}:1: a record must be an object of kind 'recording' or 'round'"),
+    ])
+    def test_usage_errors_are_one_line_exit_2(self, world, tmp_path, capsys, args, message):
+        """Each user mistake is `repro tune: <message>`, exit 2."""
+        root, _, records = world
+        bench = tmp_path / "bench.jsonl"
+        bench.write_text("".join(json.dumps(r) + "\n" for r in records))
+        fill = {"root": root, "bench": bench}
+        argv = ["tune", "p", "--profile-file", str(_profiles(tmp_path / "profiles.toml")), "-o", str(tmp_path / "o"),
+                *(a.format(**fill) for a in args)]
+        assert cli(argv) == 2
+        assert capsys.readouterr().err.strip() == f"repro tune: {message.format(**fill)}"
+
+    def test_unknown_profile(self, tmp_path, capsys):
+        """An unknown PROFILE lists the known ones."""
+        assert cli(["tune", "nope", "--profile-file", str(_profiles(tmp_path / "profiles.toml"))]) == 2
+        assert capsys.readouterr().err.strip() == "repro tune: PROFILE must be one of p (got 'nope')"
+
+
+class TestSweep:
+    def test_measures_with_repro_bench_then_confirms(self, world, tmp_path, monkeypatch, capsys):
+        """Without --results, tune runs `repro bench` (AR, DFLASH, DDTREE at the fitted and held-out
+        budgets) against the fake server, then --confirm measures the recommended budgets."""
+        root, _, _ = world
+        make_models(tmp_path / "models")
+        _profiles(tmp_path / "profiles.toml")
+        monkeypatch.chdir(tmp_path)
+        monkeypatch.setenv("PYTHONPATH", str(REPO))
+        rc = cli(["tune", "p", "--profile-file", "profiles.toml", "--models-dir", "models", "--budgets", "8,32",
+                  "--holdout", "16", "--concurrency", "1,2", "--num-prompts", "4", "--max-new-tokens", "24",
+                  "--warmup", "1", "--recording", str(root / "rec.jsonl"), "--confirm", "-o", "out"])
+        out = capsys.readouterr().out
+        assert rc in (0, 1), out  # the fake server's tau is not the recording's: the checks may fail
+        (result,) = [json.loads(line) for line in Path("out/tune.jsonl").read_text().splitlines()]
+        measured = {(c["algorithm"], c["budget"]) for c in result["costs"]}
+        recommended = {row["budget"] for row in result["concurrency"]}
+        assert measured >= {("AR", None), ("DFLASH", None), ("DDTREE", 8), ("DDTREE", 16), ("DDTREE", 32)}
+        assert {("DDTREE", b) for b in recommended} <= measured
+        assert all(row["measured_tok_s"] is not None for row in result["concurrency"])
+        assert result["holdout_budgets"] == sorted({16, *recommended} - {8, 32})
+
+    def test_sweep_without_a_recording_says_the_servers_did_not_record(self, tmp_path, monkeypatch, capsys):
+        """The fake server does not record: tune says which file is missing and why, exit 1."""
+        make_models(tmp_path / "models")
+        write_profiles(tmp_path / "profiles.toml", {"p": {"algorithm": "AR", "budget": None, "drafter": None}})
+        monkeypatch.chdir(tmp_path)
+        monkeypatch.setenv("PYTHONPATH", str(REPO))
+        monkeypatch.setattr("repro.tune._bench", lambda args, out, extra, recording: None)
+        assert cli(["tune", "p", "--profile-file", "profiles.toml", "-o", "out"]) == 1
+        err = capsys.readouterr().err.strip()
+        assert err == ("repro tune: out/p-recording.jsonl was not written: the DDTREE servers did not record "
+                       "(is the installed sglang's DDTREE worker wired to $REPRO_DDTREE_RECORD?)")
+
+
+def test_report_has_the_tuning_section_and_plot(world, tmp_path, capsys):
+    """`repro report` over a directory with bench and tune records shows the section and draws the plot."""
+    root, _, records = world
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "bench.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert cli(["tune", "p", "--profile-file", str(_profiles(tmp_path / "profiles.toml")), "--results",
+                str(results / "bench.jsonl"), "--recording", str(root / "rec.jsonl"), "-o", str(results)]) == 0
+    assert cli(["report", str(results), "-o", str(tmp_path / "rep")]) == 0
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "## Budget tuning (`repro tune`)" in md and "| c | best B | predicted tok/s |" in md
+    assert "![repro tune: predicted vs measured DDTREE throughput](tune_predicted_vs_measured.png)" in md
+    assert (tmp_path / "rep" / "tune_predicted_vs_measured.png").read_bytes().startswith(b"\x89PNG")
+    data = json.loads((tmp_path / "rep" / "report.json").read_text())
+    assert data["tune"][0]["profile"] == "p"
