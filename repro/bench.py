@@ -3,8 +3,10 @@
 For each profile and algorithm (and each DDTREE budget) one server is started from the profile,
 warmed up, and driven by closed-loop clients at every concurrency and temperature; each finished
 request is appended to the results JSONL and fsynced. ``--resume`` skips what the file already
-holds, so a crash, a dead server or ``--time-limit`` costs nothing but a rerun. ``--url`` measures
-a server that is already running instead (its algorithm is read from ``/server_info``).
+holds, so a crash, a dead server or ``--time-limit`` costs nothing but a rerun; it refuses a file
+whose cells were measured with another server command, models or prompts (``repro.runconfig``).
+``--url`` measures a server that is already running instead (its algorithm is read from
+``/server_info``). Every input is checked before the results file is touched.
 """
 
 from __future__ import annotations
@@ -15,29 +17,39 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from repro import gpuinfo
+from repro import gpuinfo, runconfig
+from repro.argtypes import NONNEGATIVE_INT, PORT, POSITIVE_INT, SECONDS, comma_list, number
 from repro.errors import ReproError, UsageError
 from repro.profiles import ALGORITHMS, Profile, load_profiles, model_path, models_dir
 from repro.prompts import PromptSet, load_prompts, request_input, vocab_size
-from repro.results import HEADERS, Cell, ResultsWriter, finished, format_table, read_records, summarize, table_rows
-from repro.sglang_client import Client
-from repro.sglang_server import SGLangServer, free_port, sigterm_as_interrupt
+from repro.results import (
+    HEADERS,
+    Cell,
+    ResultsWriter,
+    existing_records,
+    finished,
+    format_table,
+    read_records,
+    summarize,
+    table_rows,
+)
+from repro.sglang_client import Client, parse_url
+from repro.sglang_server import SGLangServer, check_models, free_port, sigterm_as_interrupt
 from repro.stack import fingerprint
 
 INCOMPLETE = 3  # exit code: stopped at --time-limit; rerun with --resume
 
 
-def _ints(text: str) -> list[int]:
-    return [int(v) for v in text.split(",") if v.strip()]
-
-
-def _floats(text: str) -> list[float]:
-    return [float(v) for v in text.split(",") if v.strip()]
+def _url(text: str) -> str:
+    try:
+        parse_url(text)
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def _algorithms(text: str) -> list[str]:
@@ -54,57 +66,64 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("profiles", nargs="+", metavar="PROFILE", help="profile names")
     parser.add_argument("--algorithms", type=_algorithms, default=list(ALGORITHMS),
                         help="comma list (default AR,DFLASH,DDTREE)")
-    parser.add_argument("--budgets", type=_ints, default=[],
+    parser.add_argument("--budgets", type=comma_list(NONNEGATIVE_INT, "integers >= 0"), default=[],
                         help="DDTREE budgets, comma list (default: the profile's budget)")
-    parser.add_argument("--concurrency", type=_ints, default=[1, 4, 16],
-                        help="closed-loop clients, comma list (default 1,4,16)")
-    parser.add_argument("--temperatures", type=_floats, default=[0.0],
-                        help="sampling temperatures, comma list (default 0)")
+    parser.add_argument("--concurrency", type=comma_list(POSITIVE_INT, "integers >= 1"),
+                        default=[1, 4, 16], help="closed-loop clients, comma list (default 1,4,16)")
+    parser.add_argument("--temperatures", type=comma_list(number(at_least=0), "finite numbers >= 0"),
+                        default=[0.0], help="sampling temperatures, comma list (default 0)")
     parser.add_argument("--prompts", default="humaneval", help="humaneval or a .jsonl file")
-    parser.add_argument("--num-prompts", type=int, default=32, help="requests per cell (default 32)")
-    parser.add_argument("--max-new-tokens", type=int, default=256)
-    parser.add_argument("--max-prompt-tokens", type=int, default=1024,
+    parser.add_argument("--num-prompts", type=POSITIVE_INT, default=32,
+                        help="requests per cell (default 32)")
+    parser.add_argument("--max-new-tokens", type=POSITIVE_INT, default=256)
+    parser.add_argument("--max-prompt-tokens", type=POSITIVE_INT, default=1024,
                         help="cut token-id prompts to their last N ids (default 1024)")
-    parser.add_argument("--warmup", type=int, default=2,
+    parser.add_argument("--warmup", type=NONNEGATIVE_INT, default=2,
                         help="unrecorded warm-up rounds per server, each at every --concurrency")
     parser.add_argument("-o", "--output", type=Path, default=Path("results/bench.jsonl"))
     parser.add_argument("--resume", action="store_true", help="continue the --output file")
-    parser.add_argument("--time-limit", type=float, default=None, metavar="S",
+    parser.add_argument("--time-limit", type=SECONDS, default=None, metavar="S",
                         help=f"stop starting work after S seconds (exit {INCOMPLETE}; then --resume)")
-    parser.add_argument("--url", help="bench this running server (one PROFILE) instead")
-    parser.add_argument("--port", type=int, default=None, help="server port (default: a free one)")
+    parser.add_argument("--url", type=_url, help="bench this running server (one PROFILE) instead")
+    parser.add_argument("--port", type=PORT, default=None, help="server port (default: a free one)")
     parser.add_argument("--models-dir", type=Path, default=None)
     parser.add_argument("--log-dir", type=Path, default=Path("results/logs"))
-    parser.add_argument("--start-timeout", type=float, default=None, metavar="S")
-    parser.add_argument("--request-timeout", type=float, default=600.0, metavar="S")
+    parser.add_argument("--start-timeout", type=SECONDS, default=None, metavar="S")
+    parser.add_argument("--request-timeout", type=SECONDS, default=600.0, metavar="S")
     parser.add_argument("--profile-file", type=Path, default=None, help="another profiles.toml")
 
 
 def _check(args: argparse.Namespace) -> None:
-    positive = {"--num-prompts": args.num_prompts, "--max-new-tokens": args.max_new_tokens,
-                "--max-prompt-tokens": args.max_prompt_tokens}
-    for flag, value in positive.items():
-        if value < 1:
-            msg = f"{flag} must be >= 1 (got {value})"
-            raise UsageError(msg)
-    if not args.concurrency or min(args.concurrency) < 1:
-        msg = f"--concurrency must list integers >= 1 (got {args.concurrency})"
-        raise UsageError(msg)
+    """What the flag types cannot check alone (each flag's own range is its type's)."""
     if max(args.concurrency) > args.num_prompts:
         msg = (
             f"--num-prompts must be >= the largest --concurrency "
             f"({max(args.concurrency)}) (got {args.num_prompts})"
         )
         raise UsageError(msg)
-    if any(t < 0 for t in args.temperatures) or not args.temperatures:
-        msg = f"--temperatures must list values >= 0 (got {args.temperatures})"
-        raise UsageError(msg)
-    if any(b < 0 for b in args.budgets):
-        msg = f"--budgets must list integers >= 0 (got {args.budgets})"
-        raise UsageError(msg)
     if args.url and len(args.profiles) != 1:
         msg = f"--url takes exactly one PROFILE (got {len(args.profiles)})"
         raise UsageError(msg)
+    if args.log_dir.exists() and not args.log_dir.is_dir():
+        msg = f"--log-dir: {args.log_dir} is not a directory"
+        raise UsageError(msg)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One server's work: the profile as served, its cells, the request inputs per prompt, the
+    digests of what it runs (``repro.runconfig``) and, for ``--url``, the server's info."""
+
+    profile: Profile
+    cells: list[Cell]
+    inputs: list[dict[str, Any]]
+    config: dict[str, str]
+    info: dict[str, Any] | None = None
+
+    def payload(self, index: int, temperature: float, max_new: int) -> dict[str, Any]:
+        """The ``/generate`` body of prompt ``index`` (prompts repeat past the set's end)."""
+        return {**self.inputs[index % len(self.inputs)], "sampling_params": {
+            "temperature": temperature, "max_new_tokens": max_new, "ignore_eos": True}}
 
 
 def _variants(profile: Profile, algorithms: list[str], budgets: list[int]) -> list[Profile]:
@@ -123,11 +142,15 @@ def _variants(profile: Profile, algorithms: list[str], budgets: list[int]) -> li
 
 def _from_server_info(profile: Profile, info: dict[str, Any]) -> Profile:
     """The profile as the running server actually serves it."""
-    algorithm = (info.get("speculative_algorithm") or "AR").upper()
-    if algorithm not in ALGORITHMS:
-        msg = f"the server at --url runs {algorithm}, not one of {', '.join(ALGORITHMS)}"
+    algorithm = info.get("speculative_algorithm") or "AR"
+    budget = info.get("speculative_ddtree_budget")
+    if not isinstance(algorithm, str) or algorithm.upper() not in ALGORITHMS:
+        msg = f"the server at --url runs {algorithm!r:.40}, not one of {', '.join(ALGORITHMS)}"
         raise ReproError(msg)
-    return profile.with_algorithm(algorithm, info.get("speculative_ddtree_budget"))
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 0):
+        msg = f"the server at --url reports speculative_ddtree_budget {budget!r:.40}, not an integer >= 0"
+        raise ReproError(msg)
+    return profile.with_algorithm(algorithm, budget)
 
 
 class Progress:
@@ -170,8 +193,7 @@ class Runner:
         """True when less than ``margin`` seconds are left before the time limit."""
         return self.deadline is not None and time.monotonic() + margin > self.deadline
 
-    def run_cell(self, client: Client, cell: Cell, indices: list[int],  # noqa: C901 - one cell, start to finish
-                 payload: Callable[[int, float], dict[str, Any]],
+    def run_cell(self, client: Client, job: Job, cell: Cell, indices: list[int],  # noqa: C901 - one cell, start to finish
                  server: SGLangServer | None) -> None:
         """Run ``indices`` of ``cell`` with ``cell.concurrency`` closed-loop clients."""
         queue, lock, stop = deque(indices), threading.Lock(), threading.Event()
@@ -185,7 +207,8 @@ class Runner:
                     index = queue.popleft()
                 start = time.time()
                 try:
-                    done = client.generate(payload(index, cell.temperature))
+                    done = client.generate(job.payload(index, cell.temperature,
+                                                       cell.max_new_tokens))
                 except ReproError as exc:
                     errors.append((index, exc))
                     stop.set()
@@ -196,7 +219,7 @@ class Runner:
                     "prompt_tokens": done.prompt_tokens, "completion_tokens": done.completion_tokens,
                     "spec_verify_ct": done.spec_verify_ct, "tau": done.tau, "ttft_s": done.ttft_s,
                     "latency_s": done.latency_s, "chunks": done.chunks,
-                    "finish_reason": done.finish_reason})
+                    "finish_reason": done.finish_reason, "config": job.config})
                 self.progress.step(f"{cell.profile} {cell.label} c={cell.concurrency} "
                                    f"T={cell.temperature:g}")
                 if self.out_of_time():
@@ -226,29 +249,54 @@ class Runner:
             raise server.failure(msg)
 
 
-def _payload_builder(prompt_set: PromptSet, profile: Profile, root: Path,
-                     args: argparse.Namespace) -> Callable[[int, float], dict[str, Any]]:
+def _inputs(prompt_set: PromptSet, profile: Profile, root: Path,
+            args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The input part of every request body, as this profile's server takes it."""
     needs_vocab = profile.tokenizer == "none" and any(p.ids is None for p in prompt_set.prompts)
     vocab = vocab_size(model_path(profile.model, root)) if needs_vocab else None
-    inputs = [request_input(p, tokenizer=profile.tokenizer, vocab_size=vocab,
-                            max_tokens=args.max_prompt_tokens) for p in prompt_set.prompts]
+    return [request_input(p, tokenizer=profile.tokenizer, vocab_size=vocab,
+                          max_tokens=args.max_prompt_tokens) for p in prompt_set.prompts]
 
-    def payload(index: int, temperature: float, max_new: int = args.max_new_tokens) -> dict[str, Any]:
-        return {**inputs[index % len(inputs)], "sampling_params": {
-            "temperature": temperature, "max_new_tokens": max_new, "ignore_eos": True}}
-    return payload
+
+def _cells(profile: Profile, prompt_set: PromptSet, args: argparse.Namespace) -> list[Cell]:
+    return [Cell(profile.name, profile.algorithm, profile.budget, c, t, prompt_set.name,
+                 args.max_new_tokens) for t in args.temperatures for c in args.concurrency]
+
+
+def _jobs(profiles: list[Profile], root: Path, prompt_set: PromptSet,
+          args: argparse.Namespace) -> list[Job]:
+    """A job per server to start, each checked (models present) before anything runs."""
+    jobs = []
+    for variant in (v for p in profiles for v in _variants(p, args.algorithms, args.budgets)):
+        check_models(variant, root)
+        inputs = _inputs(prompt_set, variant, root, args)
+        jobs.append(Job(variant, _cells(variant, prompt_set, args), inputs,
+                        runconfig.managed(variant, root, inputs)))
+    return jobs
+
+
+def _url_job(client: Client, profile: Profile, root: Path, prompt_set: PromptSet,
+             args: argparse.Namespace) -> Job:
+    """The job of a running server, labelled with what its ``/server_info`` says it serves."""
+    info = client.server_info()
+    profile = _from_server_info(profile, info)
+    inputs = _inputs(prompt_set, profile, root, args)
+    return Job(profile, _cells(profile, prompt_set, args), inputs,
+               runconfig.running(info, inputs), info)
 
 
 def _run_record(session: str, profiles: list[Profile]) -> dict[str, Any]:
     """Where the numbers come from: stack fingerprint, GPU topology, the profiles as run."""
     stack = fingerprint()
     text, why = gpuinfo.run_tool(["nvidia-smi", "topo", "-m"])
-    if text is None:
-        topology: dict[str, Any] = {"error": why}
-    else:
-        links = gpuinfo.parse_topology(text)
-        topology = {"interconnect": gpuinfo.interconnect(links, len(stack.get("gpus") or [])),
-                    "links": {f"{i}-{j}": link for (i, j), link in sorted(links.items())}}
+    topology: dict[str, Any] = {"error": why}
+    if text is not None:
+        try:
+            links = gpuinfo.parse_topology(text)
+            topology = {"interconnect": gpuinfo.interconnect(links, len(stack.get("gpus") or [])),
+                        "links": {f"{i}-{j}": link for (i, j), link in sorted(links.items())}}
+        except ValueError as exc:
+            topology = {"error": f"cannot parse `nvidia-smi topo -m`: {exc}"}
     return {"kind": "run", "session": session, "time": time.time(), "argv": sys.argv[1:],
             "fingerprint": stack, "topology": topology,
             "profiles": {p.name: p.to_dict() for p in profiles}}
@@ -265,31 +313,35 @@ def main(args: argparse.Namespace) -> int:
     profiles = [known[name] for name in args.profiles]
     root = models_dir(args.models_dir)
     prompt_set = load_prompts(args.prompts)
-    plan = [] if args.url else [(v, _cells(v, prompt_set, args)) for p in profiles
-                                for v in _variants(p, args.algorithms, args.budgets)]
-    writer = ResultsWriter(args.output, resume=args.resume)
-    done = finished(read_records(args.output))
-    work = [(c.key, i) for _, cells in plan for c in cells for i in range(args.num_prompts)]
-    total = len(work) or len(args.concurrency) * len(args.temperatures) * args.num_prompts
-    already = sum(1 for w in work if w in done)
+    records = existing_records(args.output, resume=args.resume)
+    client = Client(args.url, timeout=args.request_timeout) if args.url else None
+    jobs = [_url_job(client, profiles[0], root, prompt_set, args)] if client else \
+        _jobs(profiles, root, prompt_set, args)
+    runconfig.check_resumable(records, {c.key: (c, job.config) for job in jobs for c in job.cells},
+                              args.output)
+    done = finished(records)
+    work = [(c.key, i) for job in jobs for c in job.cells for i in range(args.num_prompts)]
     session = uuid.uuid4().hex
     deadline = time.monotonic() + args.time_limit if args.time_limit else None
-    runner = Runner(writer, session, Progress(total, already), deadline)
+    writer = ResultsWriter(args.output, resume=args.resume)
+    runner = Runner(writer, session, Progress(len(work), sum(1 for w in work if w in done)),
+                    deadline)
     try:
         with sigterm_as_interrupt():
             writer.append(_run_record(session, profiles))
-            if args.url:
-                _bench_url(runner, profiles[0], root, prompt_set, args, done)
-            for variant, cells in plan:
+            for job in jobs:
                 todo = {c: [i for i in range(args.num_prompts) if (c.key, i) not in done]
-                        for c in cells}
+                        for c in job.cells}
                 if not any(todo.values()):
                     continue
                 if runner.out_of_time(margin=1.5 * runner.slowest_start):  # room for a start
                     runner.stopped = True
                 if runner.stopped:
                     break
-                _bench_server(runner, variant, root, prompt_set, args, todo)
+                if client:
+                    _bench_url(runner, client, job, args, todo)
+                else:
+                    _bench_server(runner, job, root, args, todo)
     finally:
         runner.progress.close()
         writer.close()
@@ -302,13 +354,7 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cells(profile: Profile, prompt_set: PromptSet, args: argparse.Namespace) -> list[Cell]:
-    return [Cell(profile.name, profile.algorithm, profile.budget, c, t, prompt_set.name,
-                 args.max_new_tokens) for t in args.temperatures for c in args.concurrency]
-
-
-def _warm_up(client: Client, payload: Callable[..., dict[str, Any]], rounds: int,
-             widths: list[int], first: int) -> None:
+def _warm_up(client: Client, job: Job, rounds: int, widths: list[int], first: int) -> None:
     """Unrecorded short requests, ``rounds`` times at every concurrency in ``widths``: batch sizes
     the timed cells will reach compile and allocate here, not inside a measured request. Prompts
     are taken from index ``first`` on (past the measured ones where the set is large enough, so
@@ -319,7 +365,7 @@ def _warm_up(client: Client, payload: Callable[..., dict[str, Any]], rounds: int
 
             def one(i: int) -> None:
                 try:
-                    client.generate(payload(first + i, 0.0, 16))
+                    client.generate(job.payload(first + i, 0.0, 16))
                 except ReproError as exc:
                     errors.append(exc)  # noqa: B023 - the threads are joined within this iteration
 
@@ -332,9 +378,9 @@ def _warm_up(client: Client, payload: Callable[..., dict[str, Any]], rounds: int
                 raise errors[0]
 
 
-def _bench_server(runner: Runner, profile: Profile, root: Path, prompt_set: PromptSet,
-                  args: argparse.Namespace, todo: dict[Cell, list[int]]) -> None:
-    payload = _payload_builder(prompt_set, profile, root, args)
+def _bench_server(runner: Runner, job: Job, root: Path, args: argparse.Namespace,
+                  todo: dict[Cell, list[int]]) -> None:
+    profile = job.profile
     slug = profile.label.replace(" ", "-").replace("=", "")
     log = args.log_dir / f"{profile.name}-{slug}-{runner.session[:8]}.log"
     server = SGLangServer(profile, port=args.port or free_port(), models_root=root, log_path=log)
@@ -344,28 +390,24 @@ def _bench_server(runner: Runner, profile: Profile, root: Path, prompt_set: Prom
         took = server.wait_healthy(args.start_timeout or profile.start_timeout)
         runner.slowest_start = max(runner.slowest_start, took)
         runner.writer.append({"kind": "server", "session": runner.session, "profile": profile.name,
-                              "label": profile.label, "start_s": took,
+                              "label": profile.label, "start_s": took, "config": job.config,
                               "server_info": server.client.server_info()})
         try:
-            _warm_up(server.client, payload, args.warmup, args.concurrency, args.num_prompts)
+            _warm_up(server.client, job, args.warmup, args.concurrency, args.num_prompts)
         except ReproError as exc:
             msg = f"failed its warm-up request: {exc}"
             raise server.failure(msg) from None
         for cell, indices in todo.items():
             if indices and not runner.stopped:
-                runner.run_cell(server.client, cell, indices, payload, server)
+                runner.run_cell(server.client, job, cell, indices, server)
 
 
-def _bench_url(runner: Runner, profile: Profile, root: Path, prompt_set: PromptSet,
-               args: argparse.Namespace, done: set[tuple[str, int]]) -> None:
-    client = Client(args.url, timeout=args.request_timeout)
-    info = client.server_info()
-    profile = _from_server_info(profile, info)
-    runner.writer.append({"kind": "server", "session": runner.session, "profile": profile.name,
-                          "label": profile.label, "start_s": None, "server_info": info})
-    payload = _payload_builder(prompt_set, profile, root, args)
-    _warm_up(client, payload, args.warmup, args.concurrency, args.num_prompts)
-    for cell in _cells(profile, prompt_set, args):
-        indices = [i for i in range(args.num_prompts) if (cell.key, i) not in done]
+def _bench_url(runner: Runner, client: Client, job: Job, args: argparse.Namespace,
+               todo: dict[Cell, list[int]]) -> None:
+    runner.writer.append({"kind": "server", "session": runner.session, "profile": job.profile.name,
+                          "label": job.profile.label, "start_s": None, "config": job.config,
+                          "server_info": job.info})
+    _warm_up(client, job, args.warmup, args.concurrency, args.num_prompts)
+    for cell, indices in todo.items():
         if indices and not runner.stopped:
-            runner.run_cell(client, cell, indices, payload, None)
+            runner.run_cell(client, job, cell, indices, None)

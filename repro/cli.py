@@ -3,13 +3,25 @@
 Each verb lives in ``repro/<verb>.py`` (``-`` becomes ``_``) and exposes ``add_arguments(parser)``
 and ``main(args) -> int``. Verb modules keep heavy imports (torch, sglang) inside functions so
 ``repro --help`` stays fast.
+
+Errors are handled here, once, for every verb: a :class:`~repro.errors.UsageError` (bad flags,
+files or values, argparse's own complaints included) is one line on stderr and exit 2; a
+:class:`~repro.errors.ReproError` or an ``OSError`` of the environment (a full disk, a permission)
+is one line and exit 1; Ctrl-C is exit 130; a closed stdout (``repro doctor | head -2``) ends the
+command quietly with exit 141, as a process killed by SIGPIPE. ``--debug`` (or
+``REPRO_DEBUG=1``) prints the traceback before the line. Anything else is a bug and keeps its
+traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import os
 import sys
+import traceback
+from typing import NoReturn
 
 from repro.errors import ReproError, UsageError
 
@@ -29,14 +41,27 @@ VERBS: dict[str, str] = {
     "tau": "tau for every budget up to the recorded one, and the DFLASH chain's, from an acceptance recording",
     "tune": "measure round costs and recommend the fastest DDTREE budget per concurrency on this box",
 }
+BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for `yes | head -1`
+DEBUG_HELP = "print the traceback of an error as well (also REPRO_DEBUG=1)"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors raised as one-line UsageErrors instead of usage + exit."""
+
+    def error(self, message: str) -> NoReturn:
+        msg = f"{message} (see `{self.prog} --help`)"
+        raise UsageError(msg)
 
 
 def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
     """The argument parser; only the ``selected`` verb's module is imported and given its flags."""
-    parser = argparse.ArgumentParser(prog="repro", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="repro", description=__doc__.splitlines()[0])
+    parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     sub = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
     for verb, help_text in VERBS.items():
         verb_parser = sub.add_parser(verb, help=help_text, description=help_text)
+        verb_parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                                 help=DEBUG_HELP)
         if verb == selected:
             module = importlib.import_module(f"repro.{verb.replace('-', '_')}")
             module.add_arguments(verb_parser)
@@ -44,19 +69,44 @@ def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _fail(prefix: str, message: str, code: int, *, debug: bool) -> int:
+    if debug:
+        traceback.print_exc()
+    print(f"{prefix}: {message}", file=sys.stderr)
+    return code
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's last flush cannot fail again."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``repro`` console script."""
     argv = sys.argv[1:] if argv is None else argv
     selected = next((a for a in argv if not a.startswith("-")), None)
-    args = build_parser(selected if selected in VERBS else None).parse_args(argv)
+    prefix = f"repro {selected}" if selected in VERBS else "repro"
+    debug = "--debug" in argv or os.environ.get("REPRO_DEBUG", "") not in ("", "0")
     try:
-        return int(args._module.main(args) or 0)  # noqa: SLF001 - the parser stores the verb module privately
-    except (UsageError, ReproError) as exc:
-        print(f"repro {args.verb}: {exc}", file=sys.stderr)
-        return 2 if isinstance(exc, UsageError) else 1
+        args = build_parser(selected if selected in VERBS else None).parse_args(argv)
+        code = int(args._module.main(args) or 0)  # noqa: SLF001 - the parser stores the verb module privately
+        sys.stdout.flush()
+    except UsageError as exc:
+        return _fail(prefix, str(exc), 2, debug=debug)
+    except ReproError as exc:
+        return _fail(prefix, str(exc), 1, debug=debug)
+    except BrokenPipeError:
+        _silence_stdout()
+        return BROKEN_PIPE
+    except OSError as exc:  # the environment: a full disk, a permission, a vanished directory
+        where = f"{exc.filename}: " if exc.filename else ""
+        return _fail(prefix, f"{where}{exc.strerror or exc}", 1, debug=debug)
     except KeyboardInterrupt:
-        print(f"repro {args.verb}: interrupted", file=sys.stderr)
+        print(f"{prefix}: interrupted", file=sys.stderr)
         return 130
+    return code
 
 
 if __name__ == "__main__":

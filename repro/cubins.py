@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from repro import fatbin
-from repro.errors import UsageError
+from repro.errors import ReproError, UsageError
 from repro.stack import Stack, Target, format_capability, load_stack
 
 
@@ -35,7 +35,11 @@ def _installed_kernel_libraries() -> tuple[str, dict[str, frozenset[fatbin.CudaC
         msg = "no PATH given and sglang-kernel is not installed here"
         raise UsageError(msg) from None
     site = Path(str(dist.locate_file("")))
-    return f"installed sglang-kernel {dist.version}", fatbin.scan_tree(site / "sgl_kernel")
+    try:
+        return f"installed sglang-kernel {dist.version}", fatbin.scan_tree(site / "sgl_kernel")
+    except ValueError as exc:
+        msg = f"the installed sglang-kernel is damaged: {exc}"
+        raise ReproError(msg) from None
 
 
 def _rows(targets: list[Target], libraries: dict[str, frozenset[fatbin.CudaCode]]) -> list[dict]:
@@ -88,7 +92,7 @@ def main(args: argparse.Namespace) -> int:
         try:
             source, libraries = str(args.path), fatbin.scan(args.path)
         except ValueError as exc:
-            msg = f"{args.path}: {exc}"
+            msg = f"PATH {exc}"
             raise UsageError(msg) from None
     rows = _rows(targets, libraries)
     red = [r for r in rows if r["verdict"] == "missing"]

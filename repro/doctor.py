@@ -180,7 +180,11 @@ def check_topology(ctx: Context) -> list[Check]:
     text, why = gpuinfo.run_tool(["nvidia-smi", "topo", "-m"])
     if text is None:
         return [Check("topology", "warn", f"unknown: {why}", "run `nvidia-smi topo -m` by hand")]
-    links = gpuinfo.parse_topology(text)
+    try:
+        links = gpuinfo.parse_topology(text)
+    except ValueError as exc:
+        return [Check("topology", "warn", f"unknown: cannot parse `nvidia-smi topo -m` ({exc})",
+                      "run `nvidia-smi topo -m` by hand")]
     kind = gpuinfo.interconnect(links, count)
     detail = f"{count} GPUs, {kind} ({', '.join(sorted(set(links.values())))}); see `repro topology`"
     if kind == "mixed":

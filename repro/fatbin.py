@@ -18,6 +18,7 @@ import struct
 import subprocess
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ KIND_PTX, KIND_SASS = 1, 2
 FLAG_LZ4 = 0x2000
 FLAG_ZSTD = 0x8000
 FLAG_ARCH_SPECIFIC = 0x100000
+_ELF_HEADER = 64  # bytes of a 64-bit ELF header
 _CONTAINER = struct.Struct("<IHHQ")  # magic, version, header size, size of the entries
 _ENTRY = struct.Struct("<HHIQIIIIIIQ")  # kind, ?, header size, payload size, compressed size,
 #                                          ?, version, arch, name offset, name size, flags
@@ -128,7 +130,22 @@ def _entries(data: mmap.mmap | bytes, start: int, end: int) -> Iterator[tuple[in
 
 
 def scan_library(path: Path) -> frozenset[CudaCode]:
-    """Every (arch, variant, kind) of device code in one ELF shared library."""
+    """Every (arch, variant, kind) of device code in one ELF shared library; a ValueError naming
+    the file and the problem for anything that is not a well-formed 64-bit ELF file."""
+    size = path.stat().st_size
+    problem = f"not a 64-bit little-endian ELF file ({size} bytes)"
+    if size >= _ELF_HEADER:
+        try:
+            return _scan_library(path)
+        except (struct.error, OverflowError, IndexError):
+            problem = "a truncated or corrupt ELF file"
+        except ValueError as exc:
+            problem = str(exc)
+    msg = f"{path}: {problem}"
+    raise ValueError(msg)
+
+
+def _scan_library(path: Path) -> frozenset[CudaCode]:
     with path.open("rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
         section = _fatbin_section(data)
         if section is None:
@@ -171,6 +188,14 @@ def scan_tree(root: Path) -> dict[str, frozenset[CudaCode]]:
 
 def scan_wheel(wheel: Path) -> dict[str, frozenset[CudaCode]]:
     """Device code of every shared library in a wheel, keyed by member name (one at a time on disk)."""
+    try:
+        return _scan_wheel(wheel)
+    except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as exc:
+        msg = f"{wheel}: not a readable wheel (zip) file ({exc})"
+        raise ValueError(msg) from None
+
+
+def _scan_wheel(wheel: Path) -> dict[str, frozenset[CudaCode]]:
     found: dict[str, frozenset[CudaCode]] = {}
     with zipfile.ZipFile(wheel) as archive, tempfile.TemporaryDirectory() as tmp:
         for member in sorted(archive.namelist()):

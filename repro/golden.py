@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from repro.errors import UsageError
+from repro.files import write_atomic
 
 DEFAULT_DIR = Path(__file__).resolve().parent.parent / "golden"
 
@@ -22,7 +23,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Dispatch to check or regen; non-zero exit when any case fails."""
+    if args.dir.exists() and not args.dir.is_dir():
+        msg = f"--dir: {args.dir} is not a directory"
+        raise UsageError(msg)
     return _check(args) if args.action == "check" else _regen(args)
+
+
+def _device(name: str) -> str:
+    """``--device`` if this machine has it: ``cpu``, or ``cuda``/``cuda:N`` with CUDA present."""
+    import torch
+
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        device = None
+    if device is None or device.type not in ("cpu", "cuda"):
+        msg = f"--device must be cpu, cuda or cuda:N (got {name!r})"
+        raise UsageError(msg)
+    count = torch.cuda.device_count() if device.type == "cuda" else 1
+    if device.type == "cuda" and (count == 0 or (device.index or 0) >= count):
+        msg = f"--device {name}: this machine has {count} CUDA device(s)"
+        raise UsageError(msg)
+    return name
 
 
 def _regen(args: argparse.Namespace) -> int:
@@ -53,9 +75,24 @@ def _regen(args: argparse.Namespace) -> int:
         "fingerprint": fingerprint(),
         "cases": ours + others,
     }
-    manifest_path.write_text(json.dumps(manifest, indent=1, sort_keys=False) + "\n")
+    write_atomic(manifest_path, json.dumps(manifest, indent=1, sort_keys=False) + "\n")
     print(f"wrote {len(chosen)} case(s) and {manifest_path}")
     return 0
+
+
+def _check_kernel_hashes(golden_dir: Path) -> int:
+    """Hash-check the SGLang kernel goldens (their outputs are re-derived on a GPU); failures."""
+    from repro import goldenset
+
+    failures = 0
+    for entry in goldenset.kernel_entries(golden_dir):
+        path = golden_dir / entry["file"]
+        if not path.is_file() or goldenset.sha256(path) != entry["sha256"]:
+            print(f"FAIL {entry['name']}: {'missing' if not path.is_file() else 'sha256 differs'} ({entry['file']})")
+            failures += 1
+        else:
+            print(f"ok   {entry['name']}: hash ok; outputs re-derived on sm{entry['sm']} by verify/sglang/test_sglang_kernels.py")
+    return failures
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -64,14 +101,16 @@ def _check(args: argparse.Namespace) -> int:
     if not (args.dir / goldenset.MANIFEST).exists():
         msg = f"no {goldenset.MANIFEST} in {args.dir} (run `repro golden regen` to create the set)"
         raise UsageError(msg)
+    device = _device(args.device)
+    cases = list(goldenset.iter_cases(args.dir))
     failures, count = 0, 0
     t0 = time.perf_counter()
-    for entry, spec in goldenset.iter_cases(args.dir):
+    for entry, spec in cases:
         if args.only and spec.name not in args.only:
             continue
         count += 1
         path = args.dir / entry["file"]
-        if not path.exists():
+        if not path.is_file():
             print(f"FAIL {spec.name}: missing file {entry['file']}")
             failures += 1
             continue
@@ -79,10 +118,15 @@ def _check(args: argparse.Namespace) -> int:
             print(f"FAIL {spec.name}: sha256 differs from the manifest")
             failures += 1
             continue
-        inputs, stored = goldenset.load_case(args.dir, entry)
-        bad = {p: goldenset.mismatches(stored, goldenset.derive(inputs, spec.budget, p, args.device),
-                                       score_atol=goldenset.SCORE_ATOL)
-               for p in ("batched", "reference")}
+        try:
+            inputs, stored = goldenset.load_case(args.dir, entry)
+            bad = {p: goldenset.mismatches(stored, goldenset.derive(inputs, spec.budget, p, device),
+                                           score_atol=goldenset.SCORE_ATOL)
+                   for p in ("batched", "reference")}
+        except ValueError as exc:  # a file that matches its hash but is no golden case
+            print(f"FAIL {spec.name}: {exc}")
+            failures += 1
+            continue
         if any(bad.values()):
             print(f"FAIL {spec.name}: " + "; ".join(f"{p} differs on {b}" for p, b in bad.items() if b))
             failures += 1
@@ -91,12 +135,6 @@ def _check(args: argparse.Namespace) -> int:
     if count == 0:
         msg = f"no DDTree cases matched in {args.dir / goldenset.MANIFEST}"
         raise UsageError(msg)
-    for entry in goldenset.kernel_entries(args.dir) if not args.only else []:
-        path = args.dir / entry["file"]
-        if not path.exists() or goldenset.sha256(path) != entry["sha256"]:
-            print(f"FAIL {entry['name']}: {'missing' if not path.exists() else 'sha256 differs'} ({entry['file']})")
-            failures += 1
-        else:
-            print(f"ok   {entry['name']}: hash ok; outputs re-derived on sm{entry['sm']} by verify/sglang/test_sglang_kernels.py")
+    failures += 0 if args.only else _check_kernel_hashes(args.dir)
     print(f"{count - failures}/{count} golden cases ok ({time.perf_counter() - t0:.1f} s, batched on {args.device})")
     return 1 if failures else 0

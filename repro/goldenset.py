@@ -11,8 +11,9 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import torch
@@ -20,6 +21,8 @@ import torch
 from repro.ddtree import build_trees as build_batched
 from repro.ddtree import emitted_tokens, positions, tree_pointers, verify_tensors, walk
 from repro.ddtree.types import DraftTree, WalkResult
+from repro.errors import UsageError
+from repro.files import atomic_output, check_inside, read_json, safe_relative
 
 MANIFEST = "manifest.json"
 KIND = "ddtree-case"  # manifest entries of other kinds (kernel goldens) are checked by their tiers
@@ -246,9 +249,59 @@ def sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+FAMILIES = ("worked-example", "ties", "flat", "peaked", "random", "float", "certain", "tiny-vocab",
+            "budget-zero")
+DTYPES = ("float32", "bfloat16", "float16")
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_INPUTS = ("draft_logits", "roots", "prefix_lens", "target_tokens")
+
+
 def load_manifest(golden_dir: Path) -> dict:
-    """The parsed manifest.json of a golden directory."""
-    return json.loads((golden_dir / MANIFEST).read_text())
+    """The parsed manifest.json of a golden directory, every entry checked (a UsageError naming
+    the entry and key otherwise), so a check never trips over a hand-edited manifest."""
+    path = golden_dir / MANIFEST
+    data = read_json(path, "golden manifest")
+    if not isinstance(data, dict) or not isinstance(data.get("cases"), list):
+        msg = f"{path}: must be an object with a 'cases' list"
+        raise UsageError(msg)
+    for i, entry in enumerate(data["cases"]):
+        _check_entry(entry, f"{path}: cases[{i}]")
+    return data
+
+
+def _check_entry(entry: object, where: str) -> None:
+    def fail(problem: str) -> None:
+        msg = f"{where}: {problem}"
+        raise UsageError(msg)
+
+    if not isinstance(entry, dict):
+        fail(f"must be an object (got {entry!r:.60})")
+    for key in ("name", "kind", "file"):
+        if not isinstance(entry.get(key), str):
+            fail(f"key '{key}' must be a string (got {entry.get(key)!r:.60})")
+    if not safe_relative(entry["file"]):
+        fail(f"key 'file' must be a path inside the golden directory (got {entry['file']!r})")
+    if not isinstance(entry.get("sha256"), str) or not _HEX64.match(entry["sha256"]):
+        fail(f"key 'sha256' must be 64 hex digits (got {entry.get('sha256')!r:.70})")
+    if entry["kind"] == KERNEL_KIND and not isinstance(entry.get("sm"), str):
+        fail(f"key 'sm' must be a string like \"90\" (got {entry.get('sm')!r:.20})")
+    if entry["kind"] == KIND:
+        _check_spec(entry.get("spec"), fail)
+
+
+def _check_spec(spec: object, fail: Callable[[str], None]) -> None:
+    names = {f.name for f in fields(CaseSpec)}
+    if not isinstance(spec, dict) or not set(spec) <= names or not names - {"dtype"} <= set(spec):
+        fail(f"key 'spec' must be an object with the keys {', '.join(sorted(names))} (got {spec!r:.80})")
+    ints = {"seed": 0, "bs": 1, "horizon": 1, "vocab": 1, "budget": 0}
+    for key, low in ints.items():
+        value = spec[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            fail(f"key 'spec.{key}' must be an integer >= {low} (got {value!r:.30})")
+    if spec["family"] not in FAMILIES or spec.get("dtype", "float32") not in DTYPES or \
+            not isinstance(spec["name"], str):
+        fail(f"key 'spec' has an unknown family, dtype or name (family must be one of "
+             f"{', '.join(FAMILIES)}; dtype one of {', '.join(DTYPES)})")
 
 
 def iter_cases(golden_dir: Path) -> Iterator[tuple[dict, CaseSpec]]:
@@ -279,13 +332,23 @@ def load_kernel_golden(golden_dir: Path, sm: str) -> dict[str, torch.Tensor] | N
 
 def load_case(golden_dir: Path, entry: dict) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """(inputs, stored outputs) of one case."""
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    data = load_file(str(golden_dir / entry["file"]))
-    for key in [k[: -len(_BITS)] for k in data if k.endswith(_BITS)]:
-        data[key] = _unpack(data.pop(key + _BITS), data.pop(key + _SHAPE))
+    path = golden_dir / entry["file"]
+    try:
+        data = load_file(str(path))
+        for key in [k[: -len(_BITS)] for k in data if k.endswith(_BITS)]:
+            data[key] = _unpack(data.pop(key + _BITS), data.pop(key + _SHAPE))
+    except (SafetensorError, OSError, KeyError, RuntimeError) as exc:
+        msg = f"{path}: not a readable golden case ({type(exc).__name__}: {exc})"
+        raise ValueError(msg) from None
     inputs = {k[len("in."):]: v for k, v in data.items() if k.startswith("in.")}
     outputs = {k[len("out."):]: v for k, v in data.items() if k.startswith("out.")}
+    absent = [k for k in _INPUTS if k not in inputs] + [k for k in OUTPUTS if k not in outputs]
+    if absent:
+        msg = f"{path}: not a golden case (no tensor {absent[0]!r})"
+        raise ValueError(msg)
     return inputs, outputs
 
 
@@ -302,11 +365,13 @@ def write_case(golden_dir: Path, spec: CaseSpec) -> dict:
     rel = f"tensors/{spec.name}.safetensors"
     path = golden_dir / rel
     path.parent.mkdir(parents=True, exist_ok=True)
+    check_inside(path.parent, golden_dir, "--dir")
     tensors = {f"in.{k}": v.contiguous() for k, v in inputs.items()}
     tensors.update({f"out.{k}": v.contiguous() for k, v in outputs.items()})
     for key in [k for k, v in tensors.items() if v.dtype == torch.bool]:  # masks: 1 bit per entry
         tensors[key + _BITS], tensors[key + _SHAPE] = _pack(tensors.pop(key))
-    save_file(tensors, str(path), metadata={"spec": json.dumps(asdict(spec))})  # one key: stable bytes
+    with atomic_output(path) as tmp:  # one metadata key: stable bytes
+        save_file(tensors, str(tmp), metadata={"spec": json.dumps(asdict(spec))})
     return {"name": spec.name, "kind": KIND, "file": rel, "sha256": sha256(path), "spec": asdict(spec),
             "command": f"{REGEN_COMMAND} --only {spec.name}", "seed": spec.seed}
 

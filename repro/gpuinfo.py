@@ -17,6 +17,7 @@ from typing import Any
 QUERY_FIELDS = "index,name,compute_cap,driver_version,memory.total,pci.bus_id"
 _GPU = re.compile(r"^GPU\d+$")
 _NVLINK = re.compile(r"^NV\d+$")
+_LINK = re.compile(r"^(X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)$")  # the legend of `nvidia-smi topo -m`
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")  # some nvidia-smi versions underline the header
 
 
@@ -99,18 +100,40 @@ def query_gpus() -> GpuQuery:
 
 def parse_topology(text: str) -> dict[tuple[int, int], str]:
     """Links between GPU pairs from ``nvidia-smi topo -m``: ``{(0, 1): "NV18", ...}`` (i < j)."""
+    return topology_matrix(text)[1]
+
+
+def topology_matrix(text: str) -> tuple[int, dict[tuple[int, int], str]]:
+    """(GPU count, links per pair i < j) of ``nvidia-smi topo -m`` output.
+
+    ``(0, {})`` when the text has no GPU matrix; a ValueError when it has one that is incomplete
+    (a truncated table, a row short of cells, an unknown or asymmetric link), so a partial table
+    never passes for a smaller or a mixed machine.
+    """
     n = 0
-    links: dict[tuple[int, int], str] = {}
+    rows: dict[int, list[str]] = {}
     for line in _ANSI.sub("", text).splitlines():
         tokens = line.split()
         if not n and line[:1].isspace() and tokens and _GPU.match(tokens[0]):
             n = sum(1 for t in tokens if _GPU.match(t))  # the header row: "\tGPU0\tGPU1\t..."
-        elif n and tokens and _GPU.match(tokens[0]) and len(tokens) > n:
+        elif n and tokens and _GPU.match(tokens[0]):
             i = int(tokens[0][3:])
-            for j, cell in enumerate(tokens[1 : n + 1]):
-                if i < j:
-                    links[(i, j)] = cell
-    return links
+            cells = tokens[1 : n + 1]
+            if i >= n or i in rows or len(cells) < n or cells[i] != "X" or \
+                    not all(_LINK.match(c) for c in cells):
+                msg = f"the GPU{i} row does not fit a {n}-GPU matrix: {line.strip()!r:.80}"
+                raise ValueError(msg)
+            rows[i] = cells
+    if len(rows) != n:
+        missing = ", ".join(f"GPU{i}" for i in range(n) if i not in rows)
+        msg = f"the table is truncated: the header names {n} GPUs but there is no row for {missing}"
+        raise ValueError(msg)
+    for i in range(n):
+        for j in range(i + 1, n):
+            if rows[i][j] != rows[j][i]:
+                msg = f"GPU{i}-GPU{j} reads {rows[i][j]} one way and {rows[j][i]} the other"
+                raise ValueError(msg)
+    return n, {(i, j): rows[i][j] for i in range(n) for j in range(i + 1, n)}
 
 
 def interconnect(links: dict[tuple[int, int], str], gpu_count: int) -> str:

@@ -4,6 +4,8 @@ Checks every archive's sha256 against ``manifest.json`` and, when ``uv.lock`` is
 wheel's sha256 against the lock; extracts only what is not already in place; then checks every
 installed file's sha256. Running it again changes nothing: missing files are restored, and files
 changed since (``repro patch apply`` edits sglang in place) are reported and kept unless ``--force``.
+All or nothing: every file is extracted and checked in a staging directory inside the site before
+the first one is moved into place, so a truncated or corrupt archive leaves the site as it was.
 Installs into ``--site DIR`` (put it on ``PYTHONPATH``) or, by default, this interpreter's
 site-packages; it refuses to overwrite another version of a distribution, and installs a stub only
 where no real package of that name exists.
@@ -13,14 +15,18 @@ from __future__ import annotations
 
 import argparse
 import importlib.machinery
+import lzma
 import re
+import shutil
 import sys
 import sysconfig
 import tarfile
+import tempfile
 from pathlib import Path
 
 from repro import offline
 from repro.errors import ReproError, UsageError
+from repro.files import check_inside
 from repro.lockfile import UV_LOCK, load_lock, normalize
 
 _DIST_INFO = re.compile(r"^(?P<name>.+)-(?P<version>[^-]+)\.dist-info$")
@@ -51,12 +57,12 @@ def _check_archives(directory: Path, manifest: offline.Manifest) -> None:
 
 def _check_lock(lock_path: Path, manifest: offline.Manifest) -> str:
     """One line on wheel provenance; ReproError when a wheel's hash differs from the lock's."""
-    if not lock_path.is_file():
+    if not lock_path.exists():
         return f"{lock_path} not found: wheel hashes not re-checked against uv.lock"
     try:
         lock = load_lock(lock_path)
     except ValueError as exc:
-        raise ReproError(str(exc)) from None
+        raise UsageError(f"--lock: {exc}" if not isinstance(exc, UsageError) else str(exc)) from None
     wheels = [a for a in manifest.archives if a.wheel]
     for archive in wheels:
         locked = lock.wheel(archive.wheel or "")
@@ -74,6 +80,19 @@ def _installed_versions(site: Path) -> dict[str, str]:
         if match:
             found[normalize(match["name"])] = match["version"]
     return found
+
+
+def _check_versions(site: Path, manifest: offline.Manifest) -> None:
+    """Refuse to overwrite another version of a distribution the wheelhouse holds."""
+    installed = _installed_versions(site)
+    for archive in manifest.archives:
+        have = installed.get(normalize(archive.distribution or ""))
+        if archive.distribution and have not in (None, archive.version):
+            msg = (
+                f"{site} holds {archive.distribution} {have}, the wheelhouse has {archive.version}: "
+                "uninstall it or choose another --site"
+            )
+            raise ReproError(msg)
 
 
 def _real_module_elsewhere(name: str, site: Path) -> str | None:
@@ -94,7 +113,66 @@ def _wanted_files(archive: offline.Archive, site: Path, notes: list[str]) -> dic
     return files
 
 
-def main(args: argparse.Namespace) -> int:  # noqa: C901, PLR0912 - the install steps in order
+def _extract(directory: Path, archive: offline.Archive, wanted: dict[str, str], staging: Path) -> None:
+    """Extract ``wanted`` members of one archive into ``staging`` and check each one's sha256."""
+    path = directory / archive.archive
+    try:
+        with tarfile.open(path, "r:xz") as tar:
+            members = [m for m in tar.getmembers() if m.name in wanted]
+            odd = next((m.name for m in members if not m.isfile()), None)
+            if odd:
+                msg = f"{path}: member {odd} is not a regular file; nothing was installed"
+                raise ReproError(msg)
+            tar.extractall(staging, members=members, filter="data")
+    except (tarfile.TarError, EOFError, lzma.LZMAError, OSError) as exc:
+        msg = (f"{path} cannot be extracted ({type(exc).__name__}: {exc}); nothing was installed "
+               f"(copy the wheelhouse again)")
+        raise ReproError(msg) from None
+    missing, changed = offline.compare_files(staging, wanted)
+    if missing or changed:
+        bad = (missing + changed)[0]
+        msg = f"{archive.archive}: {bad} does not match manifest.json after extraction; nothing was installed"
+        raise ReproError(msg)
+
+
+def _check_destination(site: Path, name: str) -> Path:
+    """Where ``name`` goes under ``site``: inside it once symlinks are resolved, with no file
+    or directory in the way (checked for every file before the first one is moved)."""
+    dest = check_inside(site / name, site, "--site")
+    blocker = next((p for p in dest.parents if p != site and p.exists() and not p.is_dir()), None)
+    if blocker is not None or (dest.exists() and not dest.is_file()):
+        msg = f"{blocker or dest} is in the way of {name}: remove it or choose another --site"
+        raise ReproError(msg)
+    return dest
+
+
+def _install(args: argparse.Namespace, manifest: offline.Manifest, site: Path,
+             notes: list[str]) -> list[tuple[offline.Archive, dict[str, str], set[str], list[str]]]:
+    """Install every archive all or nothing: extract and check everything in a staging directory
+    inside ``site``, then move the files into place; per archive (files, installed, changed)."""
+    plan = []
+    staging = Path(tempfile.mkdtemp(dir=site, prefix=".repro-install-"))
+    try:
+        for archive in manifest.archives:
+            files = _wanted_files(archive, site, notes)
+            if not files:
+                continue
+            missing, changed = offline.compare_files(site, files)
+            todo = set(missing) | (set(changed) if args.force else set())
+            if todo:
+                _extract(args.directory, archive, {k: files[k] for k in todo}, staging)
+            plan.append((archive, files, todo, changed))
+        moves = [(staging / name, _check_destination(site, name)) for _, _, todo, _ in plan
+                 for name in sorted(todo)]
+        for staged, dest in moves:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            staged.replace(dest)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return plan
+
+
+def main(args: argparse.Namespace) -> int:
     """Install the wheelhouse; print what was installed, what was already there, and where."""
     try:
         manifest = offline.read_manifest(args.directory)
@@ -108,35 +186,17 @@ def main(args: argparse.Namespace) -> int:  # noqa: C901, PLR0912 - the install 
     provenance = _check_lock(args.lock, manifest)
 
     site: Path = args.site or Path(sysconfig.get_paths()["purelib"])
+    if site.exists() and not site.is_dir():
+        msg = f"--site: {site} is not a directory"
+        raise UsageError(msg)
     site.mkdir(parents=True, exist_ok=True)
-    installed = _installed_versions(site)
-    for archive in manifest.archives:
-        have = installed.get(normalize(archive.distribution or ""))
-        if archive.distribution and have not in (None, archive.version):
-            msg = (
-                f"{site} holds {archive.distribution} {have}, the wheelhouse has {archive.version}: "
-                "uninstall it or choose another --site"
-            )
-            raise ReproError(msg)
+    _check_versions(site, manifest)
 
     notes: list[str] = []
     print(f"install-offline: {args.directory} -> {site} (target {manifest.target}"
           f"{', trimmed' if manifest.trim else ''}); {provenance}")
     kept = 0
-    for archive in manifest.archives:
-        files = _wanted_files(archive, site, notes)
-        if not files:
-            continue
-        missing, changed = offline.compare_files(site, files)
-        todo = set(missing) | (set(changed) if args.force else set())
-        if todo:
-            with tarfile.open(args.directory / archive.archive, "r:xz") as tar:
-                tar.extractall(site, members=[m for m in tar.getmembers() if m.name in todo], filter="data")
-            still_missing, still_changed = offline.compare_files(site, {k: files[k] for k in todo})
-            if still_missing or still_changed:
-                bad = (still_missing + still_changed)[0]
-                msg = f"{archive.archive}: {bad} does not match manifest.json after extraction"
-                raise ReproError(msg)
+    for archive, files, todo, changed in _install(args, manifest, site, notes):
         if len(todo) == len(files):
             left_out = f", {len(archive.dropped)} left out by the wheelhouse" if archive.dropped else ""
             print(f"  installed          {archive.title} ({len(files)} files{left_out})")

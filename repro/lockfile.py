@@ -12,6 +12,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from repro.files import read_text
 from repro.stack import REPO_ROOT
 
 UV_LOCK = REPO_ROOT / "uv.lock"
@@ -67,15 +68,27 @@ class Lock:
 
 def parse_lock(text: str, path: Path = UV_LOCK) -> Lock:
     """Parse ``uv.lock`` text; ValueError naming the first malformed package."""
-    data = tomllib.loads(text)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        msg = f"{path.name}: not valid TOML ({exc})"
+        raise ValueError(msg) from None
+    tables = data.get("package", [])
+    if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
+        msg = f"{path.name}: [[package]] must be an array of tables"
+        raise ValueError(msg)
     packages: dict[str, list[LockedPackage]] = {}
-    for index, table in enumerate(data.get("package", [])):
+    for index, table in enumerate(tables):
         name, version = table.get("name"), table.get("version")
         if not isinstance(name, str) or not isinstance(version, str):
             msg = f"{path.name}: package #{index} needs a name and a version (got {table.get('name')!r})"
             raise ValueError(msg)
         wheels = []
-        for wheel in table.get("wheels", []):
+        entries = table.get("wheels", [])
+        for wheel in entries if isinstance(entries, list) else [entries]:
+            if not isinstance(wheel, dict) or not isinstance(wheel.get("url"), str):
+                msg = f"{path.name}: {name} {version} has a wheel without a url ({wheel!r:.80})"
+                raise ValueError(msg)
             algo, _, digest = str(wheel.get("hash", "")).partition(":")
             if algo != "sha256" or len(digest) != 64:
                 msg = f"{path.name}: {name} {version} has a wheel without a sha256 hash ({wheel!r})"
@@ -88,7 +101,7 @@ def parse_lock(text: str, path: Path = UV_LOCK) -> Lock:
 
 def load_lock(path: Path = UV_LOCK) -> Lock:
     """The lock at ``path`` (the repository's ``uv.lock`` unless told otherwise)."""
-    if not path.is_file():
+    if not path.exists():
         msg = f"lock file {path} does not exist: generate it with `uv lock`"
         raise ValueError(msg)
-    return parse_lock(path.read_text(), path)
+    return parse_lock(read_text(path, "--lock", "a uv.lock file"), path)

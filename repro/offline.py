@@ -27,8 +27,10 @@ import tarfile
 import zipfile
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
+
+from repro.files import atomic_output, read_json, safe_relative, write_atomic
 
 MANIFEST = "manifest.json"
 FORMAT = 1
@@ -115,25 +117,64 @@ class Manifest:
 
     def write(self, directory: Path) -> None:
         """Write ``directory/manifest.json`` (stable key order, so rebuilds diff cleanly)."""
-        (directory / MANIFEST).write_text(json.dumps(asdict(self), indent=1, sort_keys=True) + "\n")
+        write_atomic(directory / MANIFEST, json.dumps(asdict(self), indent=1, sort_keys=True) + "\n")
 
 
 def read_manifest(directory: Path) -> Manifest:
-    """``directory/manifest.json``; ValueError naming the problem when absent or malformed."""
+    """``directory/manifest.json``; ValueError naming the problem when absent or malformed.
+
+    Every field is type-checked and every file name must be a plain relative path (no ``..``,
+    no absolute path), so nothing a manifest says can make an install write outside its site.
+    """
     path = directory / MANIFEST
     if not path.is_file():
         msg = f"{directory} is not a wheelhouse: {MANIFEST} is missing"
         raise ValueError(msg)
-    try:
-        data: dict[str, Any] = json.loads(path.read_text())
-        if data.get("format") != FORMAT:
-            msg = f"format must be {FORMAT} (got {data.get('format')!r})"
-            raise ValueError(msg)  # noqa: TRY301 - reported below as a malformed manifest
-        archives = [Archive(**a) for a in data.pop("archives")]
-        return Manifest(archives=archives, **data)
-    except (TypeError, KeyError, json.JSONDecodeError, ValueError) as exc:
-        msg = f"{path} is malformed: {exc}"
-        raise ValueError(msg) from None
+    data = read_json(path, "wheelhouse manifest")
+    problem = _manifest_problem(data)
+    if problem:
+        msg = f"{path} is malformed: {problem}"
+        raise ValueError(msg)
+    archives = [Archive(**a) for a in data.pop("archives")]
+    return Manifest(archives=archives, **data)
+
+
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_TOP = {"target": str, "python": str, "trim": bool, "stack_sha256": str, "format": int}
+_ARCHIVE = {"archive": str, "sha256": str, "bytes": int, "distribution": (str, type(None)),
+            "version": (str, type(None)), "wheel": (str, type(None)),
+            "wheel_sha256": (str, type(None)), "dropped": list, "stubs": list, "files": dict}
+_ARCHIVE_OPTIONAL = {"dropped", "stubs", "files"}
+
+
+def _manifest_problem(data: Any) -> str | None:  # noqa: C901, PLR0911 - one check per field
+    """What is wrong with a parsed manifest, or None."""
+    if isinstance(data, dict) and data.get("format") != FORMAT:
+        return f"format must be {FORMAT} (got {data.get('format')!r:.20})"
+    if not isinstance(data, dict) or set(data) != {*_TOP, "archives"}:
+        return f"must be an object with the keys {', '.join(sorted({*_TOP, 'archives'}))}"
+    for key, kind in _TOP.items():
+        if not isinstance(data[key], kind) or (kind is int and isinstance(data[key], bool)):
+            return f"{key} must be {kind.__name__} (got {data[key]!r:.40})"
+    if not isinstance(data["archives"], list):
+        return "archives must be a list"
+    for i, a in enumerate(data["archives"]):
+        where = f"archives[{i}]"
+        if not isinstance(a, dict) or not set(_ARCHIVE) - _ARCHIVE_OPTIONAL <= set(a) <= set(_ARCHIVE):
+            return f"{where} must be an object with the keys {', '.join(sorted(_ARCHIVE))}"
+        bad = next((k for k, kind in _ARCHIVE.items() if k in a and (
+            not isinstance(a[k], kind) or isinstance(a[k], bool))), None)
+        if bad:
+            return f"{where}.{bad} has the wrong type (got {a[bad]!r:.40})"
+        if "/" in a["archive"] or not safe_relative(a["archive"]) or not _HEX64.match(a["sha256"]):
+            return f"{where} needs a plain archive file name and a hex sha256"
+        names = [*a.get("files", {}), *a.get("dropped", [])]
+        if not all(safe_relative(n) for n in names) or not all(
+                isinstance(v, str) and _HEX64.match(v) for v in a.get("files", {}).values()):
+            return f"{where}.files must map plain relative paths to hex sha256"
+        if not all(isinstance(n, str) and n.isidentifier() for n in a.get("stubs", [])):
+            return f"{where}.stubs must be import names"
+    return None
 
 
 def _record_hashes(archive: zipfile.ZipFile) -> dict[str, str]:
@@ -170,7 +211,7 @@ def unpack_wheel(wheel: Path, dest: Path, drop: Callable[[str], bool]) -> tuple[
                 dropped.append(name)
                 continue
             path = data_dir[2] if data_dir else name
-            if PurePosixPath(path).is_absolute() or ".." in PurePosixPath(path).parts:
+            if not safe_relative(path):
                 msg = f"{wheel.name}: member {name!r} escapes the install directory"
                 raise ValueError(msg)
             if drop(path):
@@ -192,8 +233,9 @@ def unpack_wheel(wheel: Path, dest: Path, drop: Callable[[str], bool]) -> tuple[
 
 
 def write_archive(root: Path, files: Iterable[str], out: Path) -> None:
-    """A reproducible ``tar.xz`` of ``files`` (relative to ``root``): sorted, mtime 0, owner root."""
-    with tarfile.open(out, "w:xz", preset=6) as tar:
+    """A reproducible ``tar.xz`` of ``files`` (relative to ``root``): sorted, mtime 0, owner root;
+    written whole (a temporary file renamed into place)."""
+    with atomic_output(out) as tmp, tarfile.open(tmp, "w:xz", preset=6) as tar:
         for name in sorted(files):
             info = tar.gettarinfo(str(root / name), arcname=name)
             info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""

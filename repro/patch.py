@@ -8,7 +8,8 @@ Before touching anything every file the series names is classified against the w
 ``RECORD`` hashes: *pristine* (hash matches the wheel), *applied* (reverse-applying its patch
 gives the pristine bytes) or *modified* (neither: refuse). Apply and revert are idempotent and
 strict (context must match exactly, no fuzz); files are written only after every patch of the
-run has been computed in memory.
+run has been computed in memory, each whole (a temporary file renamed into place). A file of the
+series that resolves outside the site (a symlink out of its tree) is refused, never written through.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from repro.errors import ReproError, UsageError
+from repro.files import check_inside, read_text, write_atomic
 
 PATCH_ROOT = Path(__file__).resolve().parents[1] / "patches" / "sglang"
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
@@ -143,18 +145,18 @@ def sglang_version(site: Path) -> str:
     if not (site / "sglang").is_dir() or not infos:
         msg = f"--site must hold sglang/ and sglang-<version>.dist-info/ (got {site})"
         raise UsageError(msg)
-    for line in (infos[-1] / "METADATA").read_text().splitlines():
+    for line in read_text(infos[-1] / "METADATA", "--site", "a dist-info METADATA file").splitlines():
         if line.startswith("Version:"):
             return line.split(":", 1)[1].strip()
-    msg = f"{infos[-1]}/METADATA has no Version line"
-    raise ReproError(msg)
+    msg = f"--site: {infos[-1]}/METADATA has no Version line (not an installed sglang)"
+    raise UsageError(msg)
 
 
 def record_hashes(site: Path) -> dict[str, str]:
     """path -> urlsafe-base64 sha256 from the wheel's RECORD (the pristine file hashes)."""
     info = max(site.glob("sglang-*.dist-info"))
     out = {}
-    for row in (info / "RECORD").read_text().splitlines():
+    for row in read_text(info / "RECORD", "--site", "the wheel's RECORD file").splitlines():
         parts = row.rsplit(",", 2)
         if len(parts) == 3 and parts[1].startswith("sha256="):
             out[parts[0]] = parts[1][len("sha256=") :]
@@ -165,19 +167,29 @@ def _digest(data: bytes) -> str:
     return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
+def _text(path: Path) -> str | None:
+    """A file's UTF-8 text, or None when it is not a UTF-8 file (then it is no patched source)."""
+    try:
+        return path.read_bytes().decode()
+    except (UnicodeDecodeError, IsADirectoryError):
+        return None
+
+
 def file_state(site: Path, fp: FilePatch, record: dict[str, str]) -> str:
     """'pristine', 'applied' or 'modified' for one file of the series."""
-    path = site / fp.path
+    path = check_inside(site / fp.path, site, "--site")
     if fp.created:
         if not path.exists():
             return "pristine"
-        return "applied" if apply_hunks(path.read_bytes().decode(), fp, reverse=True) == "" else "modified"
-    if not path.exists() or fp.path not in record:
+        text = _text(path)
+        return "applied" if text is not None and apply_hunks(text, fp, reverse=True) == "" else "modified"
+    if not path.is_file() or fp.path not in record:
         return "modified"
     data = path.read_bytes()
     if _digest(data) == record[fp.path]:
         return "pristine"
-    back = apply_hunks(data.decode(), fp, reverse=True)
+    text = _text(path)
+    back = None if text is None else apply_hunks(text, fp, reverse=True)
     return "applied" if back is not None and _digest(back.encode()) == record[fp.path] else "modified"
 
 
@@ -229,7 +241,7 @@ def run(site: Path, action: str) -> dict[str, str]:
         if text is None:
             path.unlink()
         else:
-            path.write_bytes(text.encode())
+            write_atomic(path, text)
         for cached in path.parent.glob(f"__pycache__/{path.stem}.*.pyc"):
             cached.unlink()
     return {p.name: ("applied" if action == "apply" else "not applied") for p in series}

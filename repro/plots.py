@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from repro.files import atomic_output
 from repro.results import CellSummary, label_order
 from repro.verdicts import TpEpPoint
 
@@ -43,8 +44,10 @@ def _log2_axis(ax: Any, values: list[int]) -> None:
 
 
 def _save(fig: Any, path: Path) -> None:
+    """Write the figure whole (no half-written PNG survives a crash) and free it."""
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with atomic_output(path) as tmp:
+        fig.savefig(tmp, dpi=110, format=path.suffix.lstrip(".") or "png")
     fig.clf()
 
 

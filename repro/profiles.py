@@ -2,37 +2,64 @@
 
 A profile names one SGLang deployment: models, SM target, parallelism, speculative algorithm and
 the threshold set its benchmarks are judged against. Loading validates every key; a mistake is one
-line naming the file, the profile, the key, what was expected and what was found.
+line naming the file, the profile, the key, what was expected and what was found. Profile names
+become file names (server logs), so they are checked like one; floats must be finite.
+
+A profile's ``sglang`` table cannot undo what the package decides: SGLang's argparse accepts any
+unambiguous abbreviation (``--hos`` is ``--host``) and keeps the last value given, so a key that
+equals or abbreviates a flag the package sets (:data:`OWNED_SERVER_ARGS`) or one that picks an
+address, opens another listener or reads more flags from a file (:data:`NETWORK_SERVER_ARGS`) is
+refused, spelled with or without leading dashes and with ``_`` or ``-``. Values that SGLang would
+read as a flag (``"--host"``) are refused too, as are ``env`` variables that set an address or
+port.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import tomllib
+import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from repro.errors import UsageError
+from repro.files import check_name, is_finite_number, read_toml
 from repro.stack import Target, load_stack
 
 ALGORITHMS = ("AR", "DFLASH", "DDTREE")
 INTERCONNECTS = ("nvlink", "pcie", "mixed", "single")
 TOKENIZERS = ("model", "none")
 MOE_A2A_BACKENDS = ("none", "deepep", "mooncake", "nixl", "mori", "flashinfer", "megamoe")
-# Server arguments a profile sets through its own keys, never through its `sglang` table.
+# Server arguments a profile sets through its own keys (flag -> key; "" for --host, which is always
+# 127.0.0.1), never through its `sglang` table: every flag repro.sglang_server.server_argv writes,
+# with SGLang 0.5.17's aliases of them.
 OWNED_SERVER_ARGS = {
-    "model-path": "model", "speculative-draft-model-path": "drafter", "tp-size": "tp", "tp": "tp",
-    "ep-size": "ep", "ep": "ep", "moe-a2a-backend": "moe-a2a-backend",
+    "model-path": "model", "model": "model", "speculative-draft-model-path": "drafter",
+    "speculative-draft-model": "drafter", "tp-size": "tp", "tensor-parallel-size": "tp",
+    "ep-size": "ep", "expert-parallel-size": "ep", "ep": "ep", "moe-a2a-backend": "moe-a2a-backend",
     "speculative-algorithm": "algorithm", "speculative-ddtree-budget": "budget",
     "attention-backend": "attention-backend",
     "speculative-draft-attention-backend": "draft-attention-backend",
     "cuda-graph-bs-decode": "cuda-graph-bs", "cuda-graph-backend-decode": "cuda-graph-bs",
     "skip-tokenizer-init": "tokenizer", "load-format": "load-format",
-    "speculative-draft-load-format": "load-format", "host": "(always 127.0.0.1)", "port": "port",
+    "speculative-draft-load-format": "load-format", "host": "", "port": "port",
 }
+# SGLang 0.5.17 flags that choose an address, open another listener or read flags from a file.
+NETWORK_SERVER_ARGS = (
+    "config", "dist-init-addr", "nccl-init-addr", "nnodes", "node-rank", "grpc-mode",
+    "smg-grpc-mode", "grpc-port", "grpc-http-sidecar-port", "smg-http-sidecar-port", "sidecar",
+    "kv-events-config", "decoupled-spec-bind-endpoint", "disaggregation-bootstrap-port",
+    "encoder-urls", "encoder-register-urls", "encoder-bootstrap-port", "engine-info-bootstrap-port",
+    "remote-instance-weight-loader-seed-instance-ip",
+    "remote-instance-weight-loader-seed-instance-service-port",
+    "remote-instance-weight-loader-send-weights-group-ports", "otlp-traces-endpoint",
+)
+_SGLANG_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_NETWORK_ENV = re.compile(r"(^|_)(IP|PORT|ADDR|ENDPOINT|URL|GRPC)(_|$)")
+_MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 MODELS_DIR_ENV = "REPRO_MODELS_DIR"
 
 
@@ -91,12 +118,15 @@ class Profile:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Profile:
-        """Rebuild a profile stored by :meth:`to_dict` (e.g. in a results file)."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        kept = {k: v for k, v in data.items() if k in names}
-        kept["cuda_graph_bs"] = tuple(kept.get("cuda_graph_bs", ()))
-        return cls(**kept)
+    def from_dict(cls, data: Any, where: str = "profile") -> Profile:
+        """Rebuild a profile stored by :meth:`to_dict` (e.g. in a results file), validated as a
+        profiles.toml table is; a UsageError naming ``where`` otherwise."""
+        if not isinstance(data, dict) or not isinstance(data.get("name"), str):
+            msg = f"{where}: must be a stored profile with a string 'name' (got {data!r:.80})"
+            raise UsageError(msg)
+        table = {k.replace("_", "-"): list(v) if isinstance(v, tuple) else v
+                 for k, v in data.items() if k != "name" and v is not None}
+        return _profile(data["name"], table, where, _stack_targets(), None)
 
 
 @dataclass(frozen=True)
@@ -119,16 +149,8 @@ def _data_file(name: str) -> Path:
     return Path(str(resources.files("repro") / "data" / name))
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
-    try:
-        with path.open("rb") as f:
-            return tomllib.load(f)
-    except FileNotFoundError:
-        msg = f"{path}: file not found"
-        raise UsageError(msg) from None
-    except tomllib.TOMLDecodeError as exc:
-        msg = f"{path}: not valid TOML ({exc})"
-        raise UsageError(msg) from None
+def _packaged(name: str) -> dict[str, Any]:
+    return read_toml(_data_file(name), f"repro/data/{name}")
 
 
 def _stack_targets() -> dict[str, Target]:
@@ -164,6 +186,8 @@ class _Table:
         if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
             names = " or ".join(k.__name__ for k in kinds)
             self.fail(key, f"must be {names} (got {value!r})")
+        if isinstance(value, float) and not is_finite_number(value):
+            self.fail(key, f"must be a finite number (got {value!r})")
         return value
 
     def positive_int(self, key: str, default: int | None = None, *, required: bool = False) -> Any:
@@ -180,7 +204,7 @@ class _Table:
         return value
 
 
-_PROFILE_KEYS = {
+PROFILE_KEYS = {
     "description", "target", "machine", "interconnect", "model", "drafter", "tp", "ep",
     "moe-a2a-backend", "algorithm", "budget", "attention-backend", "draft-attention-backend",
     "cuda-graph-bs", "tokenizer", "load-format", "port", "start-timeout", "thresholds", "sglang",
@@ -188,9 +212,61 @@ _PROFILE_KEYS = {
 }
 
 
-def _profile(name: str, data: dict[str, Any], where: str, targets: dict[str, Target],  # noqa: C901, PLR0912 - a check per key
+def reserved_flag(key: str) -> str | None:
+    """The owned or network SGLang flag that ``--key`` would set or abbreviate, else None."""
+    bare = key.lstrip("-").replace("_", "-")
+    return next((f for f in (*OWNED_SERVER_ARGS, *NETWORK_SERVER_ARGS) if f.startswith(bare)), None)
+
+
+def _check_sglang(t: _Table, sglang: dict[str, Any]) -> None:
+    """Every ``sglang`` key is a plain flag name the package does not own; values are no flags."""
+    scalar = (str, int, float, bool)
+    for key, value in sglang.items():
+        where = f"sglang.{key}"
+        flag = reserved_flag(key) if key.strip("-_") else None
+        if flag in OWNED_SERVER_ARGS:
+            owner = OWNED_SERVER_ARGS[flag]
+            how = f"set it with the profile key '{owner}'" if owner else "always to 127.0.0.1"
+            t.fail(where, f"sets or abbreviates --{flag}, which repro sets itself ({how})")
+        if flag is not None:
+            t.fail(where, f"sets or abbreviates --{flag}, which could listen or connect beyond "
+                          f"127.0.0.1 (not allowed in a profile)")
+        if not _SGLANG_KEY.match(key):
+            t.fail(where, "must be an SGLang flag name without leading dashes "
+                          "(letters, digits, '-' and '_')")
+        values = value if isinstance(value, list) else [value]
+        if not isinstance(value, (*scalar, list)) or not all(isinstance(v, scalar) for v in values):
+            t.fail(where, f"must be a string, number, boolean or list (got {value!r})")
+        for v in values:
+            if isinstance(v, float) and not is_finite_number(v):
+                t.fail(where, f"must be a finite number (got {v!r})")
+            if isinstance(v, str) and v.startswith("-") and not _is_number(v):
+                t.fail(where, f"value {v!r} starts with '-', so SGLang would read it as a flag")
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _check_env(t: _Table, env: dict[str, Any]) -> None:
+    for key, value in env.items():
+        if not _ENV_KEY.match(key):
+            t.fail(f"env.{key}", "must be an environment variable name (letters, digits, '_')")
+        if _NETWORK_ENV.search(key.upper()):
+            t.fail(f"env.{key}", "sets an address or port, which could reach beyond 127.0.0.1 "
+                                 "(not allowed in a profile)")
+        if not isinstance(value, str):
+            t.fail(f"env.{key}", f"must be a string (got {value!r})")
+
+
+def _profile(name: str, data: dict[str, Any], where: str, targets: dict[str, Target],  # noqa: C901 - a check per key
              threshold_sets: set[str] | None) -> Profile:
-    t = _Table(f"{where}: profile '{name}'", data, _PROFILE_KEYS)
+    check_name(name, f"{where}: profile name")
+    t = _Table(f"{where}: profile '{name}'", data, PROFILE_KEYS)
     target = t.choice("target", tuple(targets), required=True)
     tp = t.positive_int("tp", required=True)
     ep = t.positive_int("ep", default=1)
@@ -223,17 +299,12 @@ def _profile(name: str, data: dict[str, Any], where: str, targets: dict[str, Tar
     if start_timeout <= 0:
         t.fail("start-timeout", f"must be > 0 seconds (got {start_timeout})")
     sglang = t.get("sglang", dict, default={})
-    for key, value in sglang.items():
-        if key in OWNED_SERVER_ARGS:
-            t.fail(f"sglang.{key}", f"is set by the profile key '{OWNED_SERVER_ARGS[key]}'")
-        scalar = (str, int, float, bool)
-        if not isinstance(value, scalar) and not (
-                isinstance(value, list) and all(isinstance(v, scalar) for v in value)):
-            t.fail(f"sglang.{key}", f"must be a string, number, boolean or list (got {value!r})")
+    _check_sglang(t, sglang)
     env = t.get("env", dict, default={})
-    for key, value in env.items():
-        if not isinstance(value, str):
-            t.fail(f"env.{key}", f"must be a string (got {value!r})")
+    _check_env(t, env)
+    launch_module = t.get("launch-module", str, "sglang.launch_server")
+    if not _MODULE.match(launch_module):
+        t.fail("launch-module", f"must be a dotted Python module name (got {launch_module!r})")
     defaults = targets[target]
     return Profile(
         name=name, model=t.get("model", str, required=True), target=target, tp=tp,
@@ -247,8 +318,7 @@ def _profile(name: str, data: dict[str, Any], where: str, targets: dict[str, Tar
         budget=budget if algorithm == "DDTREE" else None, cuda_graph_bs=tuple(graph_bs),
         tokenizer=t.choice("tokenizer", TOKENIZERS, default="model"),
         load_format=t.get("load-format", str, "auto"), port=port,
-        start_timeout=float(start_timeout), launch_module=t.get("launch-module", str,
-                                                                 "sglang.launch_server"),
+        start_timeout=float(start_timeout), launch_module=launch_module,
         sglang=dict(sglang), env=dict(env),
     )
 
@@ -256,8 +326,8 @@ def _profile(name: str, data: dict[str, Any], where: str, targets: dict[str, Tar
 def load_profiles(path: str | Path | None = None,
                   thresholds_path: str | Path | None = None) -> dict[str, Profile]:
     """Every profile of ``path`` (default: the packaged ``profiles.toml``), validated."""
+    data = read_toml(Path(path), "--profile-file") if path else _packaged("profiles.toml")
     path = Path(path) if path else _data_file("profiles.toml")
-    data = _read_toml(path)
     top = _Table(str(path), data, {"profiles"})
     tables = top.get("profiles", dict, required=True)
     sets = set(load_thresholds(thresholds_path))
@@ -291,11 +361,14 @@ def _floor_table(t: _Table, key: str) -> tuple[dict[str, float], str]:
 
 def load_thresholds(path: str | Path | None = None) -> dict[str, ThresholdSet]:
     """Every ``[sets.*]`` table of ``path`` (default: the packaged ``thresholds.toml``)."""
+    data = read_toml(Path(path), "--thresholds-file") if path else _packaged("thresholds.toml")
     path = Path(path) if path else _data_file("thresholds.toml")
-    data = _read_toml(path)
-    sets = _Table(str(path), data, {"sets", "stats"}).get("sets", dict, required=True)
+    top = _Table(str(path), data, {"sets", "stats"})
+    sets = top.get("sets", dict, required=True)
     result = {}
     for name, table in sets.items():
+        if not isinstance(table, dict):
+            top.fail(f"sets.{name}", f"must be a table (got {table!r})")
         t = _Table(f"{path}: set '{name}'", table, {"at", "tau-floor", "speedup-floor",
                                                       "tp-over-ep"})
         at = _Table(f"{path}: set '{name}'.at", t.get("at", dict, default={}),
@@ -305,9 +378,12 @@ def load_thresholds(path: str | Path | None = None) -> dict[str, ThresholdSet]:
         ratio = t.get("tp-over-ep", dict, default=None)
         ratio_t = _Table(f"{path}: set '{name}'.tp-over-ep", ratio or {}, {"min", "max", "source"})
         lo, hi = ratio_t.get("min", (int, float)), ratio_t.get("max", (int, float))
+        temperature = at.get("temperature", (int, float), default=0.0)
+        if temperature < 0:
+            at.fail("temperature", f"must be >= 0 (got {temperature})")
         result[name] = ThresholdSet(
             name=name, at_concurrency=at.positive_int("concurrency", default=1),
-            at_temperature=float(at.get("temperature", (int, float), default=0.0)),
+            at_temperature=float(temperature),
             tau_floor=tau, tau_source=tau_source, speedup_floor=speedup,
             speedup_source=speedup_source,
             tp_over_ep_min=None if lo is None else float(lo),

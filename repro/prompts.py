@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from repro.errors import UsageError
+from repro.files import parse_json, read_json, read_text
 
 BUILTIN = ("humaneval",)
 NOT_PACKAGED = {"gsm8k": "GSM8K", "chat": "a chat set", "mt-bench": "MT-Bench"}
@@ -54,34 +55,31 @@ def _humaneval() -> PromptSet:
 
 def _prompt(row: Any, where: str) -> Prompt:
     if isinstance(row, dict):
-        if isinstance(row.get("input_ids"), list) and all(
-                isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in row["input_ids"]):
-            return Prompt(ids=tuple(row["input_ids"]))
+        ids = row.get("input_ids")
+        if isinstance(ids, list) and ids and all(
+                isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+            return Prompt(ids=tuple(ids))
         for key in TEXT_KEYS:
-            if isinstance(row.get(key), str):
+            if isinstance(row.get(key), str) and row[key]:
                 return Prompt(text=row[key])
     msg = (
-        f"{where}: each line must be an object with a string "
-        f"{'/'.join(TEXT_KEYS)} or a list of non-negative input_ids (got {row!r:.80})"
+        f"{where}: each line must be an object with a non-empty string "
+        f"{'/'.join(TEXT_KEYS)} or a non-empty list of input_ids >= 0 (got {row!r:.80})"
     )
     raise UsageError(msg)
 
 
 def _jsonl(path: Path) -> PromptSet:
-    try:
-        lines = path.read_text().splitlines()
-    except OSError as exc:
-        msg = f"--prompts: cannot read {path} ({exc.strerror})"
-        raise UsageError(msg) from None
+    lines = read_text(path, "--prompts", "a JSONL file").splitlines()
     prompts = []
     for number, line in enumerate(lines, 1):
         if line.strip():
             try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                msg = f"{path}:{number}: not valid JSON"
+                row = parse_json(line)
+            except ValueError:
+                msg = f"--prompts: {path}:{number}: not valid JSON"
                 raise UsageError(msg) from None
-            prompts.append(_prompt(row, f"{path}:{number}"))
+            prompts.append(_prompt(row, f"--prompts: {path}:{number}"))
     if not prompts:
         msg = f"--prompts: {path} holds no prompts"
         raise UsageError(msg)
@@ -128,13 +126,11 @@ def request_input(prompt: Prompt, *, tokenizer: str, vocab_size: int | None,
 
 def vocab_size(model_dir: Path) -> int:
     """``vocab_size`` from a model directory's ``config.json`` (top level or ``text_config``)."""
+    config = read_json(model_dir / "config.json", "vocab_size", "the model's config.json")
     path = model_dir / "config.json"
-    try:
-        config = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        msg = f"cannot read vocab_size from {path} ({exc})"
-        raise UsageError(msg) from None
-    size = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
+    text_config = config.get("text_config") if isinstance(config, dict) else None
+    size = (config.get("vocab_size") if isinstance(config, dict) else None) or (
+        text_config.get("vocab_size") if isinstance(text_config, dict) else None)
     if not isinstance(size, int) or size < 2:
         msg = f"{path}: vocab_size must be an integer >= 2 (got {size!r})"
         raise UsageError(msg)

@@ -17,8 +17,9 @@ from typing import Any
 
 from repro import plots
 from repro.errors import UsageError
+from repro.files import write_atomic
 from repro.profiles import Profile, load_profiles, load_thresholds
-from repro.results import HEADERS, format_table, load_records, results_files, summarize, table_rows
+from repro.results import HEADERS, format_table, read_records, results_files, summarize, table_rows
 from repro.tuning import render as render_tune
 from repro.verdicts import FAIL, judge, tp_ep_points
 
@@ -100,12 +101,14 @@ def _fingerprints(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
              "report (no benchmark results carry one)"}]
 
 
-def _profiles(records: list[dict[str, Any]], path: Path | None) -> dict[str, Profile]:
+def _profiles(by_file: dict[Path, list[dict[str, Any]]], path: Path | None) -> dict[str, Profile]:
     """Profiles as the benchmarks ran them, else as the profiles file defines them."""
     profiles = dict(load_profiles(path))
-    for r in records:
-        if r.get("kind") == "run":
-            profiles.update({n: Profile.from_dict(d) for n, d in r.get("profiles", {}).items()})
+    for file, records in by_file.items():
+        for r in records:
+            if r["kind"] == "run":
+                profiles.update({n: Profile.from_dict(d, f"RESULTS: {file}: run record profiles.{n}")
+                                 for n, d in r.get("profiles", {}).items()})
     return profiles
 
 
@@ -115,7 +118,7 @@ def _fingerprint_md(entry: dict[str, Any]) -> list[str]:
     for key, value in fp.items():
         if key == "packages" and isinstance(value, dict):
             shown = ", ".join(f"{k} {v or 'missing'}" for k, v in value.items())
-        elif key == "gpus" and isinstance(value, list):
+        elif key == "gpus" and isinstance(value, list) and all(isinstance(g, dict) for g in value):
             shown = "; ".join(f"{g.get('index')}: {g.get('name')} sm {g.get('capability')}"
                               for g in value) or "none"
         else:
@@ -186,9 +189,14 @@ def main(args: argparse.Namespace) -> int:
     if missing:
         msg = f"{missing[0]} does not exist"
         raise UsageError(msg)
-    records = load_records(args.results)
+    if args.output_dir.exists() and not args.output_dir.is_dir():
+        msg = f"-o: {args.output_dir} is not a directory"
+        raise UsageError(msg)
+    by_file = {f: read_records(f, "RESULTS") for f in results_files(args.results)}
+    records = [r for rs in by_file.values() for r in rs]
+    tiers = read_tiers(args.tiers)
     summaries = summarize(records)
-    profiles = _profiles(records, args.profile_file)
+    profiles = _profiles(by_file, args.profile_file)
     verdicts = judge(summaries, profiles, load_thresholds(args.thresholds_file))
     points = tp_ep_points(summaries, profiles)
     tunes = tune_results(records)
@@ -205,16 +213,16 @@ def main(args: argparse.Namespace) -> int:
             (out_dir / name).unlink(missing_ok=True)
     data = {
         "written": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "results": [str(p) for p in results_files(args.results)],
-        "requests": sum(1 for r in records if r.get("kind") == "request"),
-        "tiers": read_tiers(args.tiers), "fingerprints": _fingerprints(records),
+        "results": [str(p) for p in by_file],
+        "requests": sum(1 for r in records if r["kind"] == "request"),
+        "tiers": tiers, "fingerprints": _fingerprints(records),
         "verdicts": [asdict(v) for v in verdicts],
         "summaries": [{**asdict(s.cell), **{k: v for k, v in asdict(s).items() if k != "cell"}}
                       for s in summaries],
         "tp_vs_ep": [{**asdict(p), "ratio": p.ratio} for p in points], "plots": drawn, "tune": tunes,
     }
-    (out_dir / "report.json").write_text(json.dumps(data, indent=2, default=str) + "\n")
-    (out_dir / "report.md").write_text(_markdown(data, summaries) + "\n")
+    write_atomic(out_dir / "report.json", json.dumps(data, indent=2, default=str) + "\n")
+    write_atomic(out_dir / "report.md", _markdown(data, summaries) + "\n")
     failed = sum(1 for v in verdicts if v.status == FAIL)
     ran = ", ".join(f"{t} {d['status']}" for t, d in data["tiers"].items())
     print(f"report: {out_dir / 'report.md'} ({len(verdicts)} verdicts, {failed} failed"

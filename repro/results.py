@@ -3,7 +3,9 @@
 Every line is one JSON record with a ``kind``: ``run`` (a bench invocation: argv, stack
 fingerprint, profiles), ``server`` (a server's ``/server_info`` snapshot) or ``request`` (one
 finished request). Lines are appended, flushed and fsynced one at a time, so a crash loses at
-most the line being written; readers drop a torn last line and resume rewrites it away.
+most the line being written; readers drop a torn last line and resume cuts it away (a complete
+last record that only lacks its newline is kept). Every record read is checked, so summaries
+and reports never meet a missing or mistyped key.
 """
 
 from __future__ import annotations
@@ -12,12 +14,13 @@ import json
 import os
 import threading
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from repro.errors import UsageError
+from repro.files import is_finite_number, parse_json, read_text
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,7 @@ class Cell:
 
 
 ALGORITHM_ORDER = {"AR": 0, "DFLASH": 1, "DDTREE": 2}
+KINDS = ("run", "server", "request", "tune")  # tune: `repro tune`'s result, read by `repro report`
 
 
 def label_order(label: str) -> tuple[int, int]:
@@ -53,24 +57,26 @@ def label_order(label: str) -> tuple[int, int]:
 
 
 class ResultsWriter:
-    """Append-only, fsync-per-line JSONL writer, safe to call from several threads."""
+    """Append-only, fsync-per-line JSONL writer, safe to call from several threads.
 
-    def __init__(self, path: Path, *, resume: bool) -> None:
-        if path.exists() and path.stat().st_size and not resume:
-            msg = (
-                f"-o: {path} already holds results (pass --resume to continue it, "
-                f"or choose another file)"
-            )
-            raise UsageError(msg)
+    Opening an existing file (``resume``) first reads and checks every record, so a file that is
+    not a results file, or is binary, is refused untouched; then a last line without its newline
+    is repaired: a complete record keeps its bytes and gets the newline, and only a torn record
+    (the start of a JSON object that a crash cut) is cut away.
+    """
+
+    def __init__(self, path: Path, *, resume: bool, what: str = "-o") -> None:
+        existing_records(path, resume=resume, what=what)  # refuses before touching anything
         path.parent.mkdir(parents=True, exist_ok=True)
-        _drop_torn_tail(path)
+        if path.exists():
+            _repair_tail(path)
         self.path = path
         self._file = path.open("a")
         self._lock = threading.Lock()
 
     def append(self, record: dict[str, Any]) -> None:
         """Write ``record`` as one JSON line and fsync it."""
-        line = json.dumps(record, sort_keys=True) + "\n"
+        line = json.dumps(record, sort_keys=True, allow_nan=False) + "\n"
         with self._lock:
             self._file.write(line)
             self._file.flush()
@@ -81,35 +87,145 @@ class ResultsWriter:
         self._file.close()
 
 
-def _drop_torn_tail(path: Path) -> None:
-    """Cut a last line that a crash left without its newline."""
-    if not path.exists():
-        return
+def existing_records(path: Path, *, resume: bool, what: str = "-o") -> list[dict[str, Any]]:
+    """The records of a results file about to be written (checked; nothing is written): none
+    for a new or empty file, a UsageError for a directory, or for results without ``resume``."""
+    if path.is_dir():
+        msg = f"{what}: {path} is a directory (expected a results JSONL file)"
+        raise UsageError(msg)
+    if not path.exists() or not path.stat().st_size:
+        return []
+    if not resume:
+        msg = f"{what}: {path} already holds results (pass --resume to continue it, or choose another file)"
+        raise UsageError(msg)
+    return read_records(path, what)
+
+
+def _repair_tail(path: Path) -> None:
+    """End the file with a newline: keep a complete last record, cut a torn one."""
     data = path.read_bytes()
-    if data and not data.endswith(b"\n"):
-        with path.open("r+b") as f:
-            f.truncate(data.rfind(b"\n") + 1)
-
-
-def read_records(path: Path) -> list[dict[str, Any]]:
-    """All records of one results file; a torn last line is dropped, any other bad line is an error."""
+    if not data or data.endswith(b"\n"):
+        return
+    cut = data.rfind(b"\n") + 1
     try:
-        lines = path.read_text().split("\n")
-    except OSError as exc:
-        msg = f"cannot read results file {path} ({exc.strerror})"
-        raise UsageError(msg) from None
+        parse_json(data[cut:].decode())
+    except ValueError:  # torn by a crash (read_records accepted it only as a record's start)
+        with path.open("r+b") as f:
+            f.truncate(cut)
+            os.fsync(f.fileno())
+        return
+    with path.open("ab") as f:
+        f.write(b"\n")
+        os.fsync(f.fileno())
+
+
+def read_records(path: Path, what: str = "results file") -> list[dict[str, Any]]:
+    """All records of one results file, each checked (:func:`check_record`).
+
+    A last line without its newline is a record when it parses, and a torn record (dropped)
+    when it is the start of a JSON object that does not; anything else is a UsageError naming
+    the file and line, as is a binary file or a line that is not a results record.
+    """
+    text = read_text(path, what, "a results JSONL file")
+    lines = text.split("\n")
     records = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
+        where = f"{what}: {path}:{number}"
         try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            if number == len(lines):  # torn tail: no newline after it
+            row = parse_json(line)
+        except ValueError as exc:
+            if number == len(lines) and line.lstrip().startswith("{"):  # torn tail
                 break
-            msg = f"{path}:{number}: not a JSON record"
+            msg = f"{where}: not a JSON record ({exc})"
             raise UsageError(msg) from None
+        records.append(check_record(row, where))
     return records
+
+
+def _is_int(v: Any, low: int = 0) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= low
+
+
+def _is_seconds(v: Any) -> bool:
+    return is_finite_number(v) and v >= 0
+
+
+_CELL_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "profile": (lambda v: isinstance(v, str), "a string"),
+    "algorithm": (lambda v: v in ALGORITHM_ORDER, f"one of {', '.join(ALGORITHM_ORDER)}"),
+    "budget": (lambda v: v is None or _is_int(v), "an integer >= 0 or null"),
+    "concurrency": (lambda v: _is_int(v, 1), "an integer >= 1"),
+    "temperature": (_is_seconds, "a finite number >= 0"),
+    "prompts": (lambda v: isinstance(v, str), "a string"),
+    "max_new_tokens": (lambda v: _is_int(v, 1), "an integer >= 1"),
+}
+_REQUEST_FIELDS: dict[str, tuple[Callable[[Any], bool], str, bool]] = {  # check, expected, required
+    "session": (lambda v: isinstance(v, str), "a string", True),
+    "index": (_is_int, "an integer >= 0", True),
+    "start": (is_finite_number, "a finite number", True),
+    "end": (is_finite_number, "a finite number", True),
+    "completion_tokens": (_is_int, "an integer >= 0", True),
+    "ttft_s": (_is_seconds, "a finite number >= 0", True),
+    "prompt_tokens": (_is_int, "an integer >= 0", False),
+    "latency_s": (_is_seconds, "a finite number >= 0", False),
+    "spec_verify_ct": (lambda v: v is None or _is_int(v, 1), "an integer >= 1 or null", False),
+    "tau": (lambda v: v is None or (is_finite_number(v) and v > 0), "a number > 0 or null", False),
+    "chunks": (lambda v: isinstance(v, list) and all(
+        isinstance(c, list) and len(c) == 2 and _is_seconds(c[0]) and _is_int(c[1], 1) for c in v),
+        "a list of [seconds, tokens] pairs", False),
+    "finish_reason": (lambda v: v is None or isinstance(v, str), "a string or null", False),
+    "config": (lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in v.values()),
+               "an object of digests", False),
+}
+_OTHER_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {  # optional in run/server records
+    "session": (lambda v: isinstance(v, str), "a string"),
+    "profiles": (lambda v: isinstance(v, dict), "an object"),
+    "fingerprint": (lambda v: v is None or isinstance(v, dict), "an object or null"),
+    "topology": (lambda v: v is None or isinstance(v, dict), "an object or null"),
+    "profile": (lambda v: isinstance(v, str), "a string"),
+    "label": (lambda v: isinstance(v, str), "a string"),
+}
+
+
+def check_record(record: Any, where: str) -> dict[str, Any]:
+    """``record`` if it is a results record whose keys have the types the readers rely on."""
+    def fail(problem: str) -> None:
+        msg = f"{where}: {problem}"
+        raise UsageError(msg)
+
+    if not isinstance(record, dict) or record.get("kind") not in KINDS:
+        fail(f"not a results record (expected a JSON object whose kind is {', '.join(KINDS)}; "
+             f"got {record!r:.60})")
+    if record["kind"] != "request":
+        for key, (ok, expected) in _OTHER_FIELDS.items():
+            if key in record and not ok(record[key]):
+                fail(f"key '{key}' must be {expected} (got {record[key]!r:.60})")
+        return record
+    _check_request(record, fail)
+    return record
+
+
+def _check_request(record: dict[str, Any], fail: Callable[[str], None]) -> None:
+    for key, (ok, expected, required) in _REQUEST_FIELDS.items():
+        if key not in record:
+            if required:
+                fail(f"key '{key}' is missing (expected {expected})")
+        elif not ok(record[key]):
+            fail(f"key '{key}' must be {expected} (got {record[key]!r:.60})")
+    if record["end"] < record["start"]:
+        fail(f"key 'end' must be >= start ({record['start']}) (got {record['end']})")
+    cell = record.get("cell")
+    if not isinstance(cell, dict) or set(cell) != set(_CELL_FIELDS):
+        fail(f"key 'cell' must be an object with exactly the keys {', '.join(_CELL_FIELDS)} "
+             f"(got {cell!r:.80})")
+    for key, (ok, expected) in _CELL_FIELDS.items():
+        if not ok(cell[key]):
+            fail(f"key 'cell.{key}' must be {expected} (got {cell[key]!r:.60})")
+    if (cell["algorithm"] == "DDTREE") != (cell["budget"] is not None):
+        fail(f"key 'cell.budget' must be set for DDTREE and only for DDTREE (got {cell['budget']!r} "
+             f"for {cell['algorithm']})")
 
 
 def results_files(paths: Iterable[Path]) -> list[Path]:
@@ -117,9 +233,9 @@ def results_files(paths: Iterable[Path]) -> list[Path]:
     return [f for p in paths for f in (sorted(p.glob("*.jsonl")) if p.is_dir() else [p])]
 
 
-def load_records(paths: Iterable[Path]) -> list[dict[str, Any]]:
+def load_records(paths: Iterable[Path], what: str = "RESULTS") -> list[dict[str, Any]]:
     """Records of every results file of :func:`results_files`."""
-    return [r for f in results_files(paths) for r in read_records(f)]
+    return [r for f in results_files(paths) for r in read_records(f, what)]
 
 
 def finished(records: Iterable[dict[str, Any]]) -> set[tuple[str, int]]:

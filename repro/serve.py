@@ -13,6 +13,8 @@ import sys
 import threading
 from pathlib import Path
 
+from repro.argtypes import NONNEGATIVE_INT, PORT, SECONDS
+from repro.errors import UsageError
 from repro.profiles import get_profile, models_dir
 from repro.sglang_server import SGLangServer, server_argv, sigterm_as_interrupt
 
@@ -21,13 +23,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``repro serve``."""
     parser.add_argument("profile", metavar="PROFILE", help="a profile name (see profiles.toml)")
     parser.add_argument("--algorithm", help="serve AR, DFLASH or DDTREE instead of the profile's")
-    parser.add_argument("--budget", type=int, help="DDTREE budget instead of the profile's")
-    parser.add_argument("--port", type=int, default=None, help="default: the profile's port")
+    parser.add_argument("--budget", type=NONNEGATIVE_INT, help="DDTREE budget instead of the profile's")
+    parser.add_argument("--port", type=PORT, default=None, help="default: the profile's port")
     parser.add_argument("--models-dir", type=Path, default=None,
                         help="where model directories live (default $REPRO_MODELS_DIR or ./models)")
     parser.add_argument("--log", type=Path, default=None,
                         help="server log file (default results/logs/serve-PROFILE.log)")
-    parser.add_argument("--start-timeout", type=float, default=None, metavar="S",
+    parser.add_argument("--start-timeout", type=SECONDS, default=None, metavar="S",
                         help="seconds to wait for /health (default: the profile's)")
     parser.add_argument("--profile-file", type=Path, default=None, help="another profiles.toml")
     parser.add_argument("--print-command", action="store_true",
@@ -59,6 +61,9 @@ def main(args: argparse.Namespace) -> int:
         print(shlex.join(server_argv(profile, port, root)))
         return 0
     log = args.log or Path("results/logs") / f"serve-{profile.name}.log"
+    if log.is_dir():
+        msg = f"--log: {log} is a directory (expected a log file path)"
+        raise UsageError(msg)
     server = SGLangServer(profile, port=port, models_root=root, log_path=log)
     with sigterm_as_interrupt():
         try:

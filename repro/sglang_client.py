@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from repro.errors import ReproError
+from repro.errors import ReproError, UsageError
+from repro.files import parse_json
 
 _NET_ERRORS = (OSError, http.client.HTTPException)
 
@@ -40,15 +41,39 @@ class Completion:
         return self.completion_tokens / self.spec_verify_ct
 
 
+def parse_url(url: str) -> tuple[str, int]:
+    """(host, port) of ``http://HOST:PORT``; a UsageError (a ValueError) for anything else."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        port = None
+        parts = None
+    if parts is None or parts.scheme != "http" or not parts.hostname or not port or \
+            parts.path not in ("", "/") or parts.query or parts.fragment:
+        msg = f"url must look like http://127.0.0.1:PORT (got {url!r})"
+        raise UsageError(msg)
+    return parts.hostname, port
+
+
+def _json_object(body: bytes, what: str) -> dict[str, Any]:
+    """``body`` as a JSON object; a ReproError quoting it otherwise (a proxy's HTML page, ...)."""
+    try:
+        data = parse_json(body.decode())
+    except (UnicodeDecodeError, ValueError):
+        data = None
+    if not isinstance(data, dict):
+        msg = f"{what} answered something that is not a JSON object: {body[:120]!r}"
+        raise ReproError(msg)
+    return data
+
+
 class Client:
     """One SGLang server at ``url`` (``http://127.0.0.1:PORT``)."""
 
     def __init__(self, url: str, timeout: float = 600.0) -> None:
-        parts = urlsplit(url)
-        if parts.scheme != "http" or not parts.hostname or not parts.port:
-            msg = f"url must look like http://127.0.0.1:PORT (got {url!r})"
-            raise ValueError(msg)
-        self.url, self.host, self.port, self.timeout = url, parts.hostname, parts.port, timeout
+        self.host, self.port = parse_url(url)
+        self.url, self.timeout = url.rstrip("/"), timeout
 
     def _connect(self, timeout: float | None = None) -> http.client.HTTPConnection:
         return http.client.HTTPConnection(self.host, self.port, timeout=timeout or self.timeout)
@@ -81,7 +106,7 @@ class Client:
         if status != 200:
             msg = f"GET {self.url}/server_info returned HTTP {status}: {body[:200]!r}"
             raise ReproError(msg)
-        return json.loads(body)
+        return _json_object(body, f"GET {self.url}/server_info")
 
     def generate(self, payload: dict[str, Any]) -> Completion:
         """Send one streamed ``/generate`` request and time it; any failure is a ReproError."""
@@ -121,12 +146,15 @@ def _read_stream(resp: http.client.HTTPResponse, start: float) -> Completion:
         data = line[5:].strip()
         if data == b"[DONE]":
             break
-        event = json.loads(data)
+        event = _json_object(data, "/generate")
         if "error" in event:
             msg = f"/generate answered an error: {event['error']}"
             raise ReproError(msg)
         meta = event.get("meta_info") or {}
-        count = int(meta.get("completion_tokens", tokens))
+        if not isinstance(meta, dict):
+            msg = f"/generate answered meta_info = {meta!r:.60} (expected a JSON object)"
+            raise ReproError(msg)
+        count = _count(meta, "completion_tokens", tokens)
         if count > tokens:
             now = time.perf_counter()
             if ttft is None:
@@ -138,9 +166,21 @@ def _read_stream(resp: http.client.HTTPResponse, start: float) -> Completion:
         msg = "/generate finished without emitting a token"
         raise ReproError(msg)
     finish = meta.get("finish_reason")
+    finish = finish.get("type") if isinstance(finish, dict) else finish
     return Completion(
-        prompt_tokens=int(meta.get("prompt_tokens", 0)), completion_tokens=tokens,
-        spec_verify_ct=int(meta["spec_verify_ct"]) if meta.get("spec_verify_ct") else None,
+        prompt_tokens=_count(meta, "prompt_tokens", 0), completion_tokens=tokens,
+        spec_verify_ct=_count(meta, "spec_verify_ct", 0) or None,
         ttft_s=ttft, latency_s=last - start, chunks=chunks,
-        finish_reason=finish.get("type") if isinstance(finish, dict) else finish,
+        finish_reason=finish if isinstance(finish, str) or finish is None else str(finish),
     )
+
+
+def _count(meta: dict[str, Any], key: str, default: int) -> int:
+    """A non-negative integer counter of ``meta_info``; a ReproError naming it otherwise."""
+    value = meta.get(key, default)
+    if value is None and key == "spec_verify_ct":
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        msg = f"/generate answered meta_info.{key} = {value!r:.60} (expected an integer >= 0)"
+        raise ReproError(msg)
+    return value

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from repro.errors import ReproError, UsageError
-from repro.profiles import Profile, model_path
+from repro.profiles import Profile, model_path, reserved_flag
 from repro.sglang_client import Client
 
 HOST = "127.0.0.1"
@@ -66,7 +66,17 @@ def server_argv(profile: Profile, port: int, models_root: Path,
         argv += ["--load-format", profile.load_format]
         if profile.algorithm != "AR":
             argv += ["--speculative-draft-load-format", profile.load_format]
+    return argv + _profile_flags(profile)
+
+
+def _profile_flags(profile: Profile) -> list[str]:
+    """The profile's ``sglang`` table as flags; an owned or network flag is refused (on load by
+    repro.profiles, and here again for a profile built in code)."""
+    argv: list[str] = []
     for key, value in profile.sglang.items():
+        if reserved_flag(key):
+            msg = f"profile {profile.name!r}: sglang.{key} would set --{reserved_flag(key)}"
+            raise UsageError(msg)
         argv += _flag(key, value)
     return argv
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from repro import gpuinfo
 from repro.errors import ReproError, UsageError
+from repro.files import read_text
 
 _NVLINK = re.compile(r"^NV\d+$")
 SEED_PCIE = ("the seed measured EP8 ~65 tok/s vs TP8 ~26 tok/s for one request on 8x RTX PRO 6000 "
@@ -32,15 +33,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 
-def gpu_count(text: str, links: dict[tuple[int, int], str]) -> int:
-    """GPUs in the matrix: those in a linked pair, or the lone GPU0 row of a one-GPU box."""
-    return len({i for pair in links for i in pair}) or int(bool(re.search(r"^GPU0\s", text, re.MULTILINE)))
-
-
 def recommend(text: str) -> dict[str, Any]:
     """The classification and recommendation for one ``nvidia-smi topo -m`` output."""
-    links = gpuinfo.parse_topology(text)
-    gpus = gpu_count(text, links)
+    try:
+        gpus, links = gpuinfo.topology_matrix(text)
+    except ValueError as exc:
+        msg = f"cannot parse the `nvidia-smi topo -m` table, so no recommendation: {exc}"
+        raise UsageError(msg) from None
     if gpus == 0:
         msg = "the topology text has no GPU matrix (expected `nvidia-smi topo -m` output)"
         raise UsageError(msg)
@@ -72,11 +71,7 @@ def _answer(gpus: int, kind: str, choice: str, reason: str, args: list[str]) -> 
 def main(args: argparse.Namespace) -> int:
     """Print the classification and recommendation (or JSON)."""
     if args.source is not None:
-        try:
-            text = args.source.read_text()
-        except OSError as exc:
-            msg = f"--from: cannot read {args.source} ({exc.strerror})"
-            raise UsageError(msg) from None
+        text = read_text(args.source, "--from", "saved `nvidia-smi topo -m` output")
     else:
         text, why = gpuinfo.run_tool(["nvidia-smi", "topo", "-m"])
         if text is None:

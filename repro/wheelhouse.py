@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from repro import offline
+from repro.argtypes import number
 from repro.errors import ReproError, UsageError
 from repro.lockfile import UV_LOCK, LockedPackage, LockedWheel, load_lock, normalize
 from repro.stack import Stack, Target, load_stack
@@ -43,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cache", type=Path, default=_default_cache(),
                         help="download cache for wheels (default: %(default)s)")
     parser.add_argument("--lock", type=Path, default=UV_LOCK, help="uv.lock with the sha256 of every wheel")
-    parser.add_argument("--max-mib", type=float,
+    parser.add_argument("--max-mib", type=number(above=0),
                         help="fail when the archives exceed this many MiB (64 = one device carry)")
 
 
@@ -163,6 +164,10 @@ def _reusable(previous: offline.Manifest | None, manifest_key: tuple, out_dir: P
 def main(args: argparse.Namespace) -> int:
     """Build the wheelhouse; print one line per archive and the total size."""
     stack = load_stack()
+    for flag, path in (("DIR", args.directory), ("--cache", args.cache)):
+        if path.exists() and not path.is_dir():
+            msg = f"{flag}: {path} is not a directory"
+            raise UsageError(msg)
     try:
         target = stack.target(args.target)
         lock = load_lock(args.lock)

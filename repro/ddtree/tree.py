@@ -46,6 +46,9 @@ def build_trees(
     ``check_finite`` rejects NaN/inf logits with a ValueError at the cost of one host sync;
     hot paths that trust their input pass False.
     """
+    if root_tokens is not None and not isinstance(root_tokens, torch.Tensor):
+        msg = f"root_tokens must be a torch.Tensor [bs] or None (got {type(root_tokens).__name__})"
+        raise TypeError(msg)
     check_draft_logits(draft_logits, check_finite=check_finite)
     check_budget(budget)
     topk = topk_logprobs(draft_logits, max(1, min(budget, draft_logits.shape[-1])))

@@ -19,6 +19,10 @@ def walk(tree: DraftTree, target_tokens: torch.Tensor) -> WalkResult:
 
     ``target_tokens[b, i]`` is the target's token at node i, shape [bs, N].
     """
+    for name, value, kind in (("tree", tree, DraftTree), ("target_tokens", target_tokens, torch.Tensor)):
+        if not isinstance(value, kind):
+            msg = f"{name} must be a {kind.__name__} (got {type(value).__name__})"
+            raise TypeError(msg)
     if target_tokens.shape != tree.tokens.shape:
         msg = f"target_tokens must have shape [bs, N] = {tuple(tree.tokens.shape)} (got {tuple(target_tokens.shape)})"
         raise ValueError(msg)

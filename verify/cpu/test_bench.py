@@ -147,7 +147,7 @@ class TestErrors:
         (["fake-ar-only", "--algorithms", "DFLASH"], r"DFLASH needs a 'drafter' key"),
         (["fake", "fake-slow", "--url", "http://127.0.0.1:1"], r"--url takes exactly one PROFILE"),
         (["fake", "--prompts", "gsm8k"], r"no PyPI package ships GSM8K"),
-        (["fake", "--budgets", "-2"], r"--budgets must list integers >= 0"),
+        (["fake", "--budgets", "-2"], r"--budgets: must be a comma list of integers >= 0"),
     ])
     def test_usage_errors_exit_2_with_one_line(self, work: Path, capsys, extra: list[str],
                                                message: str) -> None:
@@ -240,10 +240,17 @@ class _CountingClient:
         return {}
 
 
+class _IndexJob:
+    """A job whose request bodies carry only their prompt index."""
+
+    def payload(self, index: int, _temperature: float, _max_new: int) -> dict:
+        return {"index": index}
+
+
 class TestWarmUp:
     def test_warm_up_runs_every_concurrency_on_unmeasured_prompts(self) -> None:
         """Two rounds at each of c=1 and c=4 send 10 requests, 4 at once, from index 16 on."""
         client = _CountingClient()
-        bench._warm_up(client, lambda i, t, n: {"index": i}, 2, [4, 1, 4], 16)
+        bench._warm_up(client, _IndexJob(), 2, [4, 1, 4], 16)
         assert len(client.widths) == 10 and max(client.widths) == 4
         assert min(client.indices) == 16 and max(client.indices) == 19

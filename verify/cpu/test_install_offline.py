@@ -80,6 +80,32 @@ class TestRefusals:
         assert "does not match manifest.json (corrupt or partial copy)" in capsys.readouterr().err
         assert not (tmp_path / "site").exists()
 
+    def test_truncated_archive_with_a_matching_manifest_installs_nothing(self, house, tmp_path, capsys):
+        """An archive cut short whose manifest was rewritten to match: exit 1 and an untouched site
+        (every file is extracted and checked before the first one is moved into place)."""
+        manifest = json.loads((house[0] / "manifest.json").read_text())
+        last = manifest["archives"][-1]
+        path = house[0] / last["archive"]
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+        last["sha256"], last["bytes"] = offline.sha256_file(path), path.stat().st_size
+        (house[0] / "manifest.json").write_text(json.dumps(manifest))
+        site = tmp_path / "site"
+        assert install(house, site) == 1
+        err = capsys.readouterr().err
+        assert f"{last['archive']} cannot be extracted" in err and "nothing was installed" in err
+        assert "Traceback" not in err and err.count("\n") == 1
+        assert list(site.iterdir()) == []
+
+    def test_manifest_path_outside_the_site_is_refused(self, house, tmp_path, capsys):
+        """A manifest naming a file outside the site ('../x') is malformed: nothing is written."""
+        manifest = json.loads((house[0] / "manifest.json").read_text())
+        files = manifest["archives"][0]["files"]
+        files["../escape.py"] = next(iter(files.values()))
+        (house[0] / "manifest.json").write_text(json.dumps(manifest))
+        assert install(house, tmp_path / "site") == 2
+        assert "files must map plain relative paths" in capsys.readouterr().err
+        assert not (tmp_path / "escape.py").exists() and not (tmp_path / "site").exists()
+
     def test_other_version_in_site(self, house, tmp_path, capsys):
         """Another version of a distribution in the site is not overwritten."""
         dist(tmp_path / "site", "fakeserver", "0.9")

@@ -129,6 +129,22 @@ class TestRun:
         with pytest.raises(ReproError, match="matches neither the sglang wheel"):
             patch.run(site, "apply")
 
+    def test_refuses_a_file_symlinked_out_of_the_site(self, site, tmp_path_factory, capsys):
+        """A series file that is a symlink to outside the site is refused (exit 2), never written
+        through: the outside file and every file of the site keep their bytes."""
+        target = site / next(fp.path for p in patch.load_series(SGLANG) for fp in p.files if not fp.created)
+        outside = tmp_path_factory.mktemp("elsewhere") / target.name
+        data = target.read_bytes()
+        outside.write_bytes(data)
+        target.unlink()
+        target.symlink_to(outside)
+        before = {p: p.read_bytes() for p in site.rglob("*.py") if not p.is_symlink()}
+        assert cli.main(["patch", "apply", "--site", str(site)]) == 2
+        err = capsys.readouterr().err
+        assert f"resolves to {outside}, outside {site}; refusing to write there" in err
+        assert outside.read_bytes() == data
+        assert {p: p.read_bytes() for p in site.rglob("*.py") if not p.is_symlink()} == before
+
     def test_refuses_an_unknown_sglang_version(self, site):
         """Another sglang version is refused in one line naming both versions."""
         meta = next(site.glob("sglang-*.dist-info")) / "METADATA"

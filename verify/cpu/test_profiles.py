@@ -72,7 +72,9 @@ class TestProfileErrors:
         ({"cuda-graph-bs": [4, 2]}, r"key 'cuda-graph-bs' must be ascending distinct"),
         ({"tokenizer": "hf"}, r"key 'tokenizer' must be one of model, none"),
         ({"port": 70000}, r"key 'port' must be in 1\.\.65535"),
-        ({"sglang": {"tp-size": 2}}, r"key 'sglang\.tp-size' is set by the profile key 'tp'"),
+        ({"sglang": {"tp-size": 2}},
+         (r"key 'sglang\.tp-size' sets or abbreviates --tp-size, which repro sets itself "
+          r"\(set it with the profile key 'tp'\)")),
         ({"sglang": {"x": {"y": 1}}}, r"key 'sglang\.x' must be a string, number, boolean or list"),
         ({"env": {"A": 1}}, r"key 'env\.A' must be a string \(got 1\)"),
         ({"model": None}, r"key 'model' is required"),
@@ -88,7 +90,7 @@ class TestProfileErrors:
         """A file that is not TOML is reported with its path."""
         path = tmp_path / "bad.toml"
         path.write_text("[profiles.x\n")
-        with pytest.raises(UsageError, match=r"bad\.toml: not valid TOML"):
+        with pytest.raises(UsageError, match=r"bad\.toml is not valid TOML"):
             load_profiles(path)
 
     def test_unknown_profile_name_lists_the_known_ones(self) -> None:

@@ -85,5 +85,5 @@ class TestVocabSize:
 
     def test_missing_config_is_a_usage_error(self, tmp_path: Path) -> None:
         """A model directory without config.json is named in the error."""
-        with pytest.raises(UsageError, match=r"cannot read vocab_size from .*config\.json"):
+        with pytest.raises(UsageError, match=r"vocab_size: .*config\.json does not exist"):
             vocab_size(tmp_path)

@@ -1,0 +1,92 @@
+"""What a benchmark cell is measured with, as short digests stored in every request record.
+
+A cell is keyed by its profile's *name*; ``repro bench --resume`` compares these digests so an
+edited profile, a swapped model or a changed prompt file cannot pass old numbers off as new:
+
+- ``command``: the resolved server command line and the environment the profile adds, with the
+  port, the interpreter and the models directory left out (they change between runs and
+  machines, not what is measured; the models' contents are the next digest), or for ``--url``
+  the server's own ``/server_info`` settings;
+- ``models``: each model directory's file names and sizes and its ``config.json`` bytes;
+- ``prompts``: the request inputs exactly as sent (text or token ids, cut to their limit).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from repro.errors import UsageError
+from repro.profiles import Profile, model_path
+from repro.results import Cell
+from repro.sglang_server import server_argv
+
+PARTS = {"command": "server command", "models": "model set", "prompts": "prompt set"}
+# /server_info settings that decide what a --url server measures (host, port and the live
+# internal_states are left out: they change between launches of the same configuration).
+URL_SETTINGS = ("model_path", "tokenizer_path", "served_model_name", "dtype", "quantization",
+                "kv_cache_dtype", "tp_size", "ep_size", "dp_size", "pp_size", "attention_backend",
+                "moe_a2a_backend", "mem_fraction_static", "max_running_requests", "page_size",
+                "context_length", "chunked_prefill_size", "skip_tokenizer_init", "version")
+URL_PREFIXES = ("speculative_", "cuda_graph_")
+
+
+def digest(value: Any) -> str:
+    """16 hex digits of the sha256 of ``value`` as canonical JSON."""
+    text = json.dumps(value, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _model_listing(path: Path) -> dict[str, Any]:
+    """File names and sizes of a model directory, and its config.json bytes (hashed)."""
+    if not path.is_dir():
+        return {"missing": str(path)}
+    files = sorted((p.name, p.stat().st_size) for p in path.iterdir() if p.is_file())
+    config = path / "config.json"
+    return {"files": files,
+            "config": hashlib.sha256(config.read_bytes()).hexdigest() if config.is_file() else None}
+
+
+def managed(profile: Profile, root: Path, inputs: list[dict[str, Any]]) -> dict[str, str]:
+    """The digests of a server ``repro bench`` starts for ``profile``."""
+    argv = server_argv(profile, 0, Path("{models}"), python="python")
+    models = [profile.model] + ([profile.drafter] if profile.algorithm != "AR" and profile.drafter
+                                else [])
+    return {"command": digest([argv, profile.env]),
+            "models": digest({m: _model_listing(model_path(m, root)) for m in models}),
+            "prompts": digest(inputs)}
+
+
+def running(info: dict[str, Any], inputs: list[dict[str, Any]]) -> dict[str, str]:
+    """The digests of a server measured with ``--url`` (from its ``/server_info``)."""
+    settings = {k: v for k, v in info.items() if k in URL_SETTINGS or k.startswith(URL_PREFIXES)}
+    models = {k: info.get(k) for k in ("model_path", "speculative_draft_model_path")}
+    return {"command": digest(settings), "models": digest(models), "prompts": digest(inputs)}
+
+
+def check_resumable(records: list[dict[str, Any]], planned: dict[str, tuple[Cell, dict[str, str]]],
+                    path: Path) -> None:
+    """A UsageError when a request of a planned cell (key -> cell, configuration now) was
+    recorded with another configuration, or without one."""
+    for r in records:
+        key = Cell(**r["cell"]).key if r["kind"] == "request" else None
+        if key not in planned:
+            continue
+        cell, config = planned[key]
+        changed = differences(r.get("config"), config)
+        if changed:
+            what = (f"measured with a different {' and '.join(changed)} than this run would use"
+                    if "config" in r else "without a configuration digest (an older repro bench "
+                    "wrote them), so they cannot be matched to this run")
+            msg = (f"--resume: {path} holds {cell.profile} {cell.label} c={cell.concurrency} "
+                   f"T={cell.temperature:g} results {what}; write to a new -o file")
+            raise UsageError(msg)
+
+
+def differences(recorded: Any, now: dict[str, str]) -> list[str]:
+    """What differs between a recorded configuration and ``now``, in words (``PARTS``' values)."""
+    if not isinstance(recorded, dict):
+        return list(PARTS.values())
+    return [name for part, name in PARTS.items() if recorded.get(part) != now[part]]
