@@ -17,7 +17,6 @@ are not. The estimator is the ratio sum(tau)/sum(rounds) over requests, with the
 from __future__ import annotations
 
 import bisect
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from repro.errors import UsageError
+from repro.files import parse_json, read_text
 from repro.recording import HEADER, NO_PROMPTS, ROUND, SCHEMA
 
 Z95 = 1.959964  # two-sided 95% normal quantile
@@ -168,20 +168,16 @@ def chain_estimate(rounds: Sequence[Round], horizon: int) -> ChainEstimate | Non
     return ChainEstimate(low, high, censored)
 
 
-def read_recordings(path: Path) -> list[Recording]:
+def read_recordings(path: Path, what: str = "RECORDING") -> list[Recording]:
     """Every recording of a JSONL file, validated; any problem is one UsageError naming the line."""
-    try:
-        lines = path.read_text().split("\n")
-    except OSError as exc:
-        msg = f"cannot read recording {path} ({exc.strerror})"
-        raise UsageError(msg) from None
+    lines = read_text(path, what, "an acceptance recording (JSONL)").split("\n")
     recordings: dict[str, Recording] = {}
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
-            data = json.loads(line)
-        except json.JSONDecodeError:
+            data = parse_json(line)
+        except ValueError:
             if number == len(lines):  # a torn last line (no newline after it)
                 break
             msg = f"{path}:{number}: not a JSON record"

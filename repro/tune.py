@@ -93,7 +93,7 @@ def _bench(args: argparse.Namespace, out: Path, extra: list[str], recording: Pat
 
 def _result(args: argparse.Namespace, results: list[Path], recording_path: Path, holdout: set[int]) -> dict[str, Any]:
     records = load_records(results)
-    recording = pick_recording(read_recordings(recording_path))
+    recording = pick_recording(read_recordings(recording_path, "--recording"))
     result = analyze(records, recording, profile=args.profile, temperature=args.temperature, holdout=holdout)
     runs = [r for r in records if r.get("kind") == "run"]
     result.update(time=time.time(), results=[str(p) for p in results], recording_file=str(recording_path),

@@ -71,6 +71,13 @@ SLOTS = (
                                     "--lock", "{ws}/slot.lock"), "slot.lock", "toml", frozenset({1, 2})),
     Slot("wheelhouse --lock", ("wheelhouse", "--target", "sm90", "--cache", "{ws}/cache", "--lock",
                                "{ws}/slot.lock", "{ws}/out"), "slot.lock", "toml"),
+    Slot("tau RECORDING", ("tau", "{ws}/slot.jsonl"), "slot.jsonl", "jsonl", frozenset({0, 2})),
+    Slot("tune --results", ("tune", "--profile-file", "{ws}/profiles.toml", "--results", "{ws}/slot.jsonl",
+                            "--recording", "{ws}/empty.jsonl", "-o", "{ws}/tune", "fake"), "slot.jsonl", "jsonl",
+         frozenset({1, 2})),
+    Slot("tune --recording", ("tune", "--profile-file", "{ws}/profiles.toml", "--results", "{ws}/empty.jsonl",
+                              "--recording", "{ws}/slot.jsonl", "-o", "{ws}/tune", "fake"), "slot.jsonl", "jsonl",
+         frozenset({1, 2})),
 )
 
 # Flags whose values a user types, in a command that fails after them (bench and serve at the
@@ -85,6 +92,9 @@ FLAGS = (
     (("golden", "check", "--dir", "{ws}/golden"), ("--device", "--only")),
     (("wheelhouse", "--cache", "{ws}/cache", "--lock", "{ws}/no.lock", "{ws}/out"), ("--target", "--max-mib")),
     (("demo", "--budgets", "x"), ("--batch", "--new-tokens", "--show-rounds", "--temperature")),
+    (("tau", "{ws}/empty.jsonl"), ("--budgets",)),
+    (("tune", "--profile-file", "{ws}/profiles.toml", "--results", "{ws}/empty.jsonl", "-o", "{ws}/tune", "fake"),
+     ("--budgets", "--holdout", "--concurrency", "--temperature", "--num-prompts", "--max-new-tokens")),
 )
 
 

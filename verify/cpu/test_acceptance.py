@@ -156,5 +156,5 @@ class TestReadRecordings:
 
     def test_missing_file(self, tmp_path):
         """A missing file is one line naming it."""
-        with pytest.raises(UsageError, match=r"^cannot read recording .*nope.jsonl \(No such file or directory\)$"):
+        with pytest.raises(UsageError, match=r"^RECORDING: .*nope.jsonl does not exist"):
             read_recordings(tmp_path / "nope.jsonl")
