@@ -28,6 +28,7 @@ let
     "repro"
     "repro/__init__.py"
     "repro/errors.py"
+    "repro/files.py"
     "repro/patch.py"
     "patches"
     "patches/sglang"
