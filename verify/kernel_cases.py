@@ -116,3 +116,17 @@ def _run_interpreted(src: str, dst: str) -> None:
 
 if __name__ == "__main__":
     _run_interpreted(sys.argv[1], sys.argv[2])
+
+
+def interpret(script: str, *, timeout: float = 900) -> str:
+    """Run ``script`` under the Triton interpreter (TRITON_INTERPRET=1) in a fresh interpreter at
+    the repository root; its stdout, after asserting it exited 0 (stderr in the message)."""
+    import subprocess
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(repo)}
+    proc = subprocess.run([sys.executable, "-c", script], cwd=repo, env=env, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
