@@ -1,4 +1,4 @@
-"""Tests for `repro.sglang_glue.test_hook` (the reference rows and the profiles) and
+"""Tests for `repro.sglang_glue.test_hook` (the reference rows, the profiles and their fits) and
 for `repro.kernels.hook_rows` under the Triton interpreter (TRITON_INTERPRET=1, in a subprocess)."""
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ import pytest
 import torch
 from scipy.stats import chi2
 
-from repro.sglang_glue.test_hook import DrafterTestHook, compile_profile, named_profile
+from repro.sglang_glue.test_hook import DrafterTestHook, compile_profile, load_profiles, named_profile
 from repro.testmodels import write_hook
+from verify.bench import fit_hook_profile as fit
 
 REPO = Path(__file__).resolve().parents[2]
 STATS = tomllib.loads(resources.files("repro.data").joinpath("thresholds.toml").read_text())["stats"]
@@ -355,3 +356,40 @@ def test_kernel_equals_the_reference_under_the_interpreter():
                           timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "4 profiles equal" in proc.stdout
+
+
+@pytest.fixture(scope="module")
+def record():
+    """The committed fit record, drafter_profiles_fit.json."""
+    return json.loads(fit.FIT_JSON.read_text())
+
+
+class TestProfileFits:
+    """The committed profiles against the figures they were fitted to (drafter_profiles_fit.json)."""
+
+    def test_every_fitted_profile_is_recorded(self, record):
+        """drafter_profiles_fit.json covers each profile with a [fit] table, with its targets."""
+        profiles = load_profiles()
+        fitted = {n for n, p in profiles.items() if "fit" in p}
+        assert set(record["profiles"]) == fitted
+        for name in fitted:
+            assert record["profiles"][name]["targets"] == fit.targets(profiles[name])
+
+    @pytest.mark.parametrize("name", [PAPER, KIMI])
+    def test_check_sample_meets_the_targets(self, record, name):
+        """Re-simulated on the record's first rounds (repro.ddtree's trees and walk over the hook's
+        rows), τ equals the record and is within the tolerance of every target; so is the record's
+        full sample."""
+        entry, profile = record["profiles"][name], load_profiles()[name]
+        check = entry["check"]
+        got = fit.taus(fit.hook_for(profile, name=name), check["rounds"], fit.budgets_of(profile),
+                       dflash_rounds=check["dflash_rounds"])
+        assert got == pytest.approx(check["tau"], abs=1e-9)
+        assert fit.misses(got, entry["targets"], entry["tolerance"]) == []
+        assert fit.misses(entry["sample"]["tau"], entry["targets"], entry["tolerance"]) == []
+
+    def test_acceptance_does_not_depend_on_the_vocabulary(self):
+        """Every round's DFLASH and DDTREE τ (B 16, 64, 512) at Qwen3's vocabulary equal those at
+        the simulation's small one: the extra tokens only add logits of -30."""
+        profile = load_profiles()[PAPER]
+        assert fit.same_acceptance_at_any_vocab(profile, name=PAPER, rounds=32, budgets=[16, 64, 512], vocab=151936)
