@@ -100,11 +100,21 @@ def next_token_probs(planted: dict, last_token: int, temperature: float) -> dict
     return {tok: w / total for tok, w in weights.items()} | {-1: rest / total}  # -1: any other
 
 
-def write_hook(path: Path, planted: dict, *, rank_probs: Sequence[float] = DEFAULT_RANK_PROBS, seed: int = 0) -> None:
-    """The drafter test-hook file for a planted target (format: repro.sglang_glue.test_hook)."""
-    spec = {
-        "successor": successor_table(planted["ranked"], planted["vocab_size"]),
-        "rank_probs": list(rank_probs),
-        "seed": seed,
-    }
+def write_hook(
+    path: Path,
+    planted: dict,
+    *,
+    rank_probs: Sequence[float] = DEFAULT_RANK_PROBS,
+    seed: int = 0,
+    profile: str | None = None,
+) -> None:
+    """The drafter test-hook file for a planted target (format: repro.sglang_glue.test_hook).
+
+    ``profile`` names a profile of repro/data/drafter_profiles.toml; the file then carries its
+    table inline (it reads the same wherever it is loaded) instead of ``rank_probs``.
+    """
+    from repro.sglang_glue.test_hook import named_profile
+
+    rows = {"rank_probs": list(rank_probs)} if profile is None else {"profile": named_profile(profile)}
+    spec = {"successor": successor_table(planted["ranked"], planted["vocab_size"]), **rows, "seed": seed}
     path.write_text(json.dumps(spec) + "\n")

@@ -1,0 +1,81 @@
+"""Triton kernel behind :func:`repro.kernels.hook_rows.hook_rows` (imported lazily: needs triton).
+
+``rows_kernel`` (grid rows x vocabulary tiles): each program replays its request's level chain
+and rank draws up to its depth (at most L steps of integer hashing and table compares), reads
+the correct token from ``powers`` (succ^d: one load, not d dependent ones), then writes its tile
+of the row: the level's logit at each ranked token, -30 elsewhere. The tile-0 program of a row
+also writes the row's argmax, the rank-0 token (with ROWS off, only that: one program per row).
+Integers and table lookups only: the values are
+the torch reference's (``repro.sglang_glue.test_hook``) bit for bit, in any row dtype.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from repro.sglang_glue import test_hook as spec
+
+# the reference's row hash and constants, at compile time
+_ROOT = tl.constexpr(spec.ROOT_MULT)
+_PREFIX = tl.constexpr(spec.PREFIX_MULT)
+_DEPTH = tl.constexpr(spec.DEPTH_MULT)
+_MIX0 = tl.constexpr(spec.MIX_MULTS[0])
+_MIX1 = tl.constexpr(spec.MIX_MULTS[1])
+_SALT = tl.constexpr(spec.LEVEL_SALT)
+_MASK = tl.constexpr((1 << spec.U_BITS) - 1)
+_NEVER = tl.constexpr(1 << 30)  # a threshold no 24-bit uniform reaches (padding lanes)
+_OFF = tl.constexpr(spec.OFF_LOGIT)
+
+
+@triton.jit
+def _uniform(h):
+    """The 24-bit uniform of a row hash input (``DrafterTestHook._uniforms``)."""
+    h = (h ^ (h >> 16)) * _MIX0
+    h = (h ^ (h >> 16)) * _MIX1
+    return (h >> 20) & _MASK
+
+
+@triton.jit
+def rows_kernel(
+    roots, roots_stride, prefix, prefix_stride, powers, logits_tab, rank_thr, level_thr,
+    out, out_stride_b, out_stride_d, top1, top1_stride_b, top1_stride_d,
+    vocab, vocab_start, width, seed_term, levels, ranks,
+    L: tl.constexpr, KP: tl.constexpr, RP: tl.constexpr, BLOCK: tl.constexpr, ROWS: tl.constexpr,
+    TOP1: tl.constexpr,
+):
+    row = tl.program_id(0)  # b * L + d - 1
+    tile = tl.program_id(1)
+    b = row // L
+    d = row % L + 1
+    root = tl.load(roots + b * roots_stride).to(tl.int64)
+    plen = tl.load(prefix + b * prefix_stride).to(tl.int64)
+    base = root * _ROOT + plen * _PREFIX + seed_term
+    kk = tl.arange(0, KP)
+    rr = tl.arange(0, RP)
+    level = tl.full([], 0, tl.int32) + levels  # the start row of level_thr
+    off = tl.full([], 0, tl.int32)  # 1 once an earlier correct token was not rank 0
+    rank = tl.full([], 0, tl.int32)
+    for i in range(1, d + 1):
+        h = base + i * _DEPTH
+        t = tl.load(level_thr + level * (levels - 1) + kk, mask=kk < levels - 1, other=_NEVER)
+        level = tl.sum((_uniform(h + _SALT) >= t).to(tl.int32), axis=0)
+        t = tl.load(rank_thr + (off * levels + level) * ranks + rr, mask=rr < ranks, other=_NEVER)
+        rank = tl.sum((_uniform(h) >= t).to(tl.int32), axis=0)
+        off = off | (rank != 0).to(tl.int32)
+    correct = tl.load(powers + (d - 1) * vocab + root)  # int32
+
+    if ROWS:
+        v = vocab_start + tile * BLOCK + tl.arange(0, BLOCK)
+        inside = v < vocab_start + width
+        slot = v - correct - 1  # v's decoy rank, (v - correct - 1) mod V, without a division
+        slot = tl.where(slot < 0, slot + vocab, slot)  # (V - 1 for the correct token)
+        j = tl.where(v == correct, rank, slot)  # v's rank in this row; >= ranks: not ranked
+        ranked = (j < ranks) & ((v == correct) | (slot != rank))
+        val = tl.load(logits_tab + level * ranks + j, mask=inside & ranked, other=_OFF)
+        dst = out + b * out_stride_b + (d - 1) * out_stride_d + (v - vocab_start)
+        tl.store(dst, val.to(out.dtype.element_ty), mask=inside)
+    if TOP1:  # noqa: SIM102 - a compile-time branch around a runtime one
+        if tile == 0:
+            dst = top1 + b * top1_stride_b + (d - 1) * top1_stride_d
+            tl.store(dst, tl.where(rank == 0, correct, (correct + 1) % vocab).to(tl.int64))
