@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib.util
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from typing import Protocol
 
@@ -87,6 +87,7 @@ class DraftBuffers:
     tree: DraftTree
     input_ids: torch.Tensor
     positions: torch.Tensor
+    _views: dict[tuple[int, int, int], Drafted] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def empty(cls, capacity: int, budget: int, horizon: int, device: torch.device | str) -> DraftBuffers:
@@ -100,6 +101,17 @@ class DraftBuffers:
             budget=budget, horizon=horizon, has_root=True,
         )
         return cls(tree, torch.empty(capacity * n, **i64), torch.empty(capacity * n, **i64))
+
+    def drafted(self, bs: int, mask: torch.Tensor) -> Drafted:
+        """What a graph replay of the tail wrote for the first ``bs`` requests, as a ``Drafted``
+        (its views made once per ``bs``: a round slices nothing on the host)."""
+        key = (bs, mask.data_ptr(), mask.numel())
+        if key not in self._views:
+            t, n = self.tree, self.tree.tokens.shape[1]
+            tree = DraftTree(t.tokens[:bs], t.parents[:bs], t.depths[:bs], t.num_nodes[:bs], t.scores[:bs],
+                             t.budget, t.horizon, t.has_root)
+            self._views[key] = Drafted(tree, self.input_ids[: bs * n], self.positions[: bs * n], mask)
+        return self._views[key]
 
 
 class DraftTail:
@@ -205,15 +217,19 @@ class AcceptBuffers:
         self.capacity = capacity
         self._sets = [empty_accepted(capacity, width, device=device, seq_dtype=seq_dtype, slots=slots)
                       for _ in range(2)]
+        self._views: dict[tuple[int, int], Accepted] = {}
         self._turn = 0
 
     def next(self, bs: int) -> Accepted | None:
-        """The next set (None when ``bs`` exceeds the capacity: the step allocates)."""
+        """The next set's first ``bs`` rows (None when ``bs`` exceeds the capacity: the step
+        allocates); the views are made once per (set, bs), so a round slices nothing."""
         if bs > self.capacity:
             return None
-        out = self._sets[self._turn]
+        key = (self._turn, bs)
+        if key not in self._views:
+            self._views[key] = self._sets[self._turn].head(bs)
         self._turn ^= 1
-        return out
+        return self._views[key]
 
 
 class Engine(Protocol):
@@ -274,7 +290,9 @@ def ddtree_round(engine: Engine, tail: DraftTail) -> Round:
     # one target forward over every node, each row seeing only its ancestors
     logits = engine.target(drafted)
     # §4: the target's own choice at every node
-    tokens = engine.choose(logits).view(drafted.tree.bs, tail.n)
+    tokens = engine.choose(logits)
+    if tokens.dim() != 2:
+        tokens = tokens.view(drafted.tree.bs, tail.n)
     # §4-5: walk from the root while the target's token is a child; emit drafts + bonus; keep the path's KV
     accepted = accept(drafted.tree, tokens, engine.prefix_lens, engine.slots(), engine.accept_out(drafted.tree.bs))
     engine.commit(drafted, accepted)

@@ -46,6 +46,12 @@ class Accepted:
     new_seq_lens: torch.Tensor  # [bs] prefix + tau, in prefix_lens' dtype
     path_slots: torch.Tensor | None  # [bs, W] int64 the reordered window's first W slots (None: no table)
 
+    def head(self, bs: int) -> Accepted:
+        """The first ``bs`` requests' rows (views of these tensors)."""
+        return Accepted(*(None if t is None else t[:bs] for t in (
+            self.accept_index, self.accept_len, self.bonus, self.tokens, self.rows, self.positions,
+            self.new_seq_lens, self.path_slots)))
+
 
 def commit_width(tree: DraftTree) -> int:
     """W = min(L, B) + 1: the longest path a tree of this budget and horizon can accept."""

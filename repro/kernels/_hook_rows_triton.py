@@ -73,9 +73,9 @@ def rows_kernel(
         j = tl.where(v == correct, rank, slot)  # v's rank in this row; >= ranks: not ranked
         ranked = (j < ranks) & ((v == correct) | (slot != rank))
         val = tl.load(logits_tab + level * ranks + j, mask=inside & ranked, other=_OFF)
-        dst = out + b * out_stride_b + (d - 1) * out_stride_d + (v - vocab_start)
-        tl.store(dst, val.to(out.dtype.element_ty), mask=inside)
+        row_dst = out + b * out_stride_b + (d - 1) * out_stride_d + (v - vocab_start)
+        tl.store(row_dst, val.to(out.dtype.element_ty), mask=inside)
     if TOP1:  # noqa: SIM102 - a compile-time branch around a runtime one
         if tile == 0:
-            dst = top1 + b * top1_stride_b + (d - 1) * top1_stride_d
-            tl.store(dst, tl.where(rank == 0, correct, (correct + 1) % vocab).to(tl.int64))
+            top1_dst = top1 + b * top1_stride_b + (d - 1) * top1_stride_d
+            tl.store(top1_dst, tl.where(rank == 0, correct, (correct + 1) % vocab).to(tl.int64))

@@ -32,6 +32,14 @@ def _pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
+def _contiguous(t: torch.Tensor) -> torch.Tensor:
+    return t if t.is_contiguous() else t.contiguous()  # no dispatch on the round's usual path
+
+
+def _int64_contiguous(t: torch.Tensor) -> torch.Tensor:
+    return _contiguous(t if t.dtype == torch.int64 else t.to(torch.int64))
+
+
 def empty_accepted(bs: int, width: int, *, device: torch.device | str, seq_dtype: torch.dtype, slots: bool) -> Accepted:
     """Uninitialised outputs for ``bs`` requests (what ``accept_fused(out=...)`` fills)."""
     i64 = {"dtype": torch.int64, "device": device}
@@ -62,10 +70,8 @@ def accept_fused(
         raise ValueError(msg)
     if out is None:
         out = empty_accepted(bs, width, device=tree.device, seq_dtype=prefix_lens.dtype, slots=slots is not None)
-    else:
-        out = Accepted(*(None if t is None else t[:bs] for t in (
-            out.accept_index, out.accept_len, out.bonus, out.tokens, out.rows, out.positions, out.new_seq_lens,
-            out.path_slots)))
+    elif out.accept_len.shape[0] != bs:
+        out = out.head(bs)
     if (slots is None) != (out.path_slots is None):
         msg = "accept_fused: out.path_slots must be given exactly when a slot table is"
         raise ValueError(msg)
@@ -73,7 +79,7 @@ def accept_fused(
     table_rows = slots.rows if slots is not None else prefix_lens
     stride = int(table.stride(0)) if slots is not None else 0
     _kernel()[(bs,)](
-        tree.tokens, tree.parents, target_tokens.to(torch.int64).contiguous(), prefix_lens.contiguous(),
+        tree.tokens, tree.parents, _int64_contiguous(target_tokens), _contiguous(prefix_lens),
         table, table_rows, stride,
         out.accept_index, out.accept_len, out.bonus, out.tokens, out.rows, out.positions, out.new_seq_lens,
         out.path_slots if out.path_slots is not None else out.rows,

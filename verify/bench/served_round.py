@@ -1,15 +1,20 @@
 """What a served round costs: AR, DFLASH and DDTREE side by side on one GPU, in one process.
 
-For each configuration a real SGLang server (verify/sglang/harness.py flags: graphs and overlap
-on unless named otherwise) serves the planted target with the drafter test hook, then:
+Each named configuration in turn gets a real SGLang server (verify/sglang/harness.py flags:
+graphs and overlap on unless named otherwise), alone on the GPU, serving the planted target with
+the drafter test hook; then:
 
-1. **first requests**: straight after "ready", one batch of ``bs`` requests of ``--tokens``
-   tokens at each ``--batch`` size: time per round (wall / verify rounds) before any other work;
+1. **first requests**: straight after each server's "ready", one batch of ``bs`` requests of
+   ``--tokens`` tokens at each ``--batch`` size: time per round (wall / verify rounds) before any
+   other work;
 2. **steady state**: ``--reps`` more batches per size: tok/s and time per round;
-3. **the round** (``--profile-steps``): SGLang's torch profiler over that many rounds of one
+3. **where the host time goes** (``--pyspy S``): py-spy samples each server's scheduler for S
+   seconds of one decoding request (collapsed stacks, ``OUT/pyspy_CONFIG.txt``; read them with
+   ``python -m verify.bench.pyspy_rounds``);
+4. **the round** (``--profile-steps``): SGLang's torch profiler over that many rounds of one
    request: host kernel launches, CPU ops and GPU busy time per round, from the Chrome trace.
 
-Writes one JSON line per measurement to ``OUT/served.jsonl`` and prints a table. GPU machine only::
+Writes one JSON line per measurement to ``OUT/served.jsonl``. GPU machine only::
 
     python3 -m verify.bench.served_round --models /tmp/models --out $OUT ar dflash ddtree-b32
 """
@@ -19,9 +24,11 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import subprocess
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -120,8 +127,45 @@ def _profile(url: str, prof_dir: Path, steps: int, tokens: int, planted: dict) -
     return {"error": "no trace"}
 
 
-def measure(name: str, models: Path, out: Path, args: argparse.Namespace, port: int) -> list[dict[str, Any]]:
-    """Every measurement of one configuration's server."""
+def _pyspy(url: str, port: int, out: Path, seconds: float, tokens: int, planted: dict) -> dict[str, Any]:
+    """Sample the scheduler process with py-spy (raw stacks, every thread, idle frames kept) while
+    one request decodes; the collapsed stacks go to ``out`` for ``verify.bench.pyspy_rounds``."""
+    import shutil
+
+    import psutil
+
+    exe = shutil.which("py-spy")
+    if exe is None:
+        return {"error": "py-spy not on PATH"}
+    server = next((p for p in psutil.process_iter(["cmdline"])
+                   if "sglang.launch_server" in " ".join(p.info["cmdline"] or []) and str(port) in p.info["cmdline"]), None)
+    if server is None:
+        return {"error": f"no server process on port {port}"}
+    children = server.children(recursive=True)
+    scheduler = next((c for c in children if "scheduler" in c.name().lower() or "scheduler" in " ".join(c.cmdline())),
+                     None)
+    if scheduler is None:
+        return {"error": f"no scheduler among {[c.name() for c in children]}"}
+    stop = threading.Event()
+    batches: list[dict[str, Any]] = []
+
+    def run() -> None:  # requests back to back until py-spy is done
+        while not stop.is_set():
+            batches.append(_batch(url, 1, tokens, salt=77 + len(batches), planted=planted))
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    time.sleep(0.5)
+    proc = subprocess.run([exe, "record", "--pid", str(scheduler.pid), "--duration", str(int(seconds)),
+                           "--rate", "500", "--format", "raw", "--threads", "--idle", "--nonblocking",
+                           "--output", str(out)], capture_output=True, text=True, timeout=seconds + 60, check=False)
+    stop.set()
+    worker.join(600)
+    return {"pyspy_rc": proc.returncode, "pyspy_file": out.name, "pyspy_log": (proc.stderr or proc.stdout)[-500:],
+            "during_ms_per_round": [round(b["ms_per_round"], 3) for b in batches]}
+
+
+def _server_env(name: str, models: Path, out: Path) -> tuple[list[str], dict[str, str], Path]:
     algo, budget, graphs, overlap = CONFIGS[name]
     prof_dir = out / f"prof_{name}"
     prof_dir.mkdir(parents=True, exist_ok=True)
@@ -130,40 +174,54 @@ def measure(name: str, models: Path, out: Path, args: argparse.Namespace, port: 
         env["SGLANG_DDTREE_TEST_DRAFTER"] = str(models / "hook.json")
     server_args = harness.server_args(models / "planted", algo=algo, drafter=models / "dflash" if algo else None,
                                       budget=budget, graphs=graphs, overlap=overlap)
+    return server_args, env, prof_dir
+
+
+def measure(name: str, models: Path, out: Path, args: argparse.Namespace, port: int,
+            emit: Callable[[dict], None]) -> None:
+    """Every measurement of one configuration's server (the only server on the GPU: servers
+    running side by side slowed each other's rounds by up to 40%, docs/PERFORMANCE.md)."""
     planted = json.loads((models / "planted" / "planted.json").read_text())
+    server_args, env, prof_dir = _server_env(name, models, out)
     with harness.server(name, server_args, port=port, env=env, timeout=args.start_timeout) as url:
-        rows = [{"config": name, "phase": "first", **_batch(url, bs, args.tokens, bs, planted)} for bs in args.batch]
-        rows += [{"config": name, "phase": "steady", "rep": rep, **_batch(url, bs, args.tokens, 100 + rep, planted)}
-                 for rep in range(args.reps) for bs in args.batch]
+        for bs in args.batch:  # straight after "ready", before any other request
+            emit({"config": name, "phase": "first", **_batch(url, bs, args.tokens, bs, planted)})
+        for rep in range(args.reps):
+            for bs in args.batch:
+                emit({"config": name, "phase": "steady", "rep": rep, **_batch(url, bs, args.tokens, 100 + rep, planted)})
+        if args.pyspy:
+            emit({"config": name, "phase": "pyspy",
+                  **_pyspy(url, port, out / f"pyspy_{name}.txt", args.pyspy, args.tokens, planted)})
         if args.profile_steps:
-            rows.append({"config": name, "phase": "profile",
-                         **_profile(url, prof_dir, args.profile_steps, args.tokens, planted)})
-    return rows
+            emit({"config": name, "phase": "profile", **_profile(url, prof_dir, args.profile_steps, args.tokens, planted)})
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Measure each named configuration in turn; one JSONL record per measurement."""
+    """Measure the named configurations side by side; one JSONL record per measurement."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("configs", nargs="+", choices=sorted(CONFIGS))
     parser.add_argument("--models", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--batch", type=lambda s: [int(x) for x in s.split(",")], default=[1, 4])
     parser.add_argument("--tokens", type=int, default=512)
-    parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--profile-steps", type=int, default=30)
+    parser.add_argument("--pyspy", type=float, default=0, help="seconds of py-spy on each scheduler (0: none)")
     parser.add_argument("--start-timeout", type=float, default=300)
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "served.jsonl"
+
+    def emit(row: dict) -> None:
+        with path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        print(json.dumps(row), flush=True)
+
     for k, name in enumerate(args.configs):
         try:
-            rows = measure(name, args.models, args.out, args, port=32000 + k)
+            measure(name, args.models, args.out, args, 32000 + k, emit)
         except Exception as exc:  # noqa: BLE001 - keep the other configurations' evidence
-            rows = [{"config": name, "phase": "error", "error": repr(exc)[:3000]}]
-        with path.open("a") as f:
-            for row in rows:
-                f.write(json.dumps(row) + "\n")
-                print(json.dumps(row), flush=True)
+            emit({"config": name, "phase": "error", "error": repr(exc)[:3000]})
     return 0
 
 

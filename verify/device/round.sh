@@ -2,8 +2,8 @@
 # The DDTREE round on the lent H200, from the repository root, with the wheelhouse carried in
 # .carry/wheelhouse-sm90 (verify/sglang/device.sh installs it):
 #
-#   bash verify/device/round.sh tests            # GPU tests of the round: fused tail/accept, graph replay, no host sync
-#   bash verify/device/round.sh served CONFIG... # verify/bench/served_round.py: first requests, steady tok/s, launches per round
+#   bash verify/device/round.sh tests            # GPU tests of the round and the test hook: fused tail/accept, graph replay, no host sync
+#   bash verify/device/round.sh served CONFIG... # verify/bench/served_round.py: servers side by side: first requests, steady tok/s, py-spy, launches per round
 #   bash verify/device/round.sh tiers            # the verify/sglang tier, its four modules side by side
 #
 # Logs and results land in $OUT (default build/device). Each stage fits one 10-minute device command.
@@ -18,7 +18,7 @@ stage=${1:-}
 shift || true
 case $stage in
 tests)
-  $SGL -- python3 -m pytest verify/gpu/test_round_gpu.py -q -rfEs -p no:cacheprovider >"$OUT/gpu_round.log" 2>&1
+  $SGL -- python3 -m pytest verify/gpu/test_round_gpu.py verify/gpu/test_test_hook.py -q -rfEs -p no:cacheprovider >"$OUT/gpu_round.log" 2>&1
   rc=$?
   tail -n 15 "$OUT/gpu_round.log"
   ;;

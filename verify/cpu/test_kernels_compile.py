@@ -1,0 +1,51 @@
+"""The round's small Triton kernels compile for sm_90 ahead of time, on any machine.
+
+Triton's interpreter (the CPU tests of these kernels) runs the Python body and accepts code the
+compiler refuses (for instance a name bound to a pointer of one type in one branch and another
+type in the next): this compiles each kernel's real launch variants to a cubin, as a GPU's first
+launch would, so such code fails in CI instead of on the GPU machine.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("triton")
+
+from verify.bench.kernel_size import _compile
+
+I64, I32, F32 = "*i64", "*i32", "*fp32"
+
+
+@pytest.mark.parametrize(("rows", "top1"), [(1, 1), (1, 0), (0, 1)])
+@pytest.mark.parametrize("out", ["*bf16", "*fp16", F32])
+def test_hook_rows_kernel(rows: int, top1: int, out: str) -> None:
+    """The test hook's rows kernel: rows and argmax together, rows alone, argmax alone."""
+    from repro.kernels._hook_rows_triton import rows_kernel
+
+    pointers = {"roots": I64, "prefix": I32, "powers": I32, "logits_tab": F32, "rank_thr": F32,
+                "level_thr": F32, "out": out, "top1": I64}
+    constants = {"L": 15, "KP": 4, "RP": 4, "BLOCK": 4096, "ROWS": rows, "TOP1": top1}
+    assert _compile(rows_kernel, constants, {}, 4, 90, pointers=pointers)
+
+
+@pytest.mark.parametrize("has_table", [1, 0])
+def test_accept_kernel(has_table: int) -> None:
+    """Walk + commit, with and without a slot table (N 33, W 16: budget 32, block 16)."""
+    from repro.kernels._accept_triton import accept_kernel
+
+    pointers = {"tokens_ptr": I64, "parents_ptr": I64, "target_ptr": I64, "prefix_ptr": I64, "table_ptr": I32,
+                "table_rows_ptr": I64, "index_out": I64, "len_out": I32, "bonus_out": I64, "emit_out": I64,
+                "rows_out": I64, "pos_out": I64, "seq_out": I64, "slots_out": I64}
+    constants = {"N": 33, "NP": 64, "W": 16, "WP": 16, "HAS_TABLE": has_table}
+    assert _compile(accept_kernel, constants, {}, 4, 90, pointers=pointers)
+
+
+def test_tree_inputs_kernel() -> None:
+    """Ids, positions and ancestor blocks into the FULL mask (N 33)."""
+    from repro.kernels._tree_inputs_triton import tree_inputs_kernel
+
+    pointers = {"tokens_ptr": I64, "parents_ptr": I64, "depths_ptr": I64, "lens_ptr": I64, "ids_out": I64,
+                "pos_out": I64, "mask_out": "*u8"}
+    constants = {"N": 33, "NP": 64, "RB": 16, "CHUNK": 64}
+    assert _compile(tree_inputs_kernel, constants, {}, 4, 90, pointers=pointers)
