@@ -8,10 +8,7 @@ the drafter test hook; then:
    ``--tokens`` tokens at each ``--batch`` size: time per round (wall / verify rounds) before any
    other work;
 2. **steady state**: ``--reps`` more batches per size: tok/s and time per round;
-3. **where the host time goes** (``--pyspy S``): py-spy samples each server's scheduler for S
-   seconds of one decoding request (collapsed stacks, ``OUT/pyspy_CONFIG.txt``; read them with
-   ``python -m verify.bench.pyspy_rounds``);
-4. **the round** (``--profile-steps``): SGLang's torch profiler over that many rounds of one
+3. **the round** (``--profile-steps``): SGLang's torch profiler over that many rounds of one
    request: host kernel launches, CPU ops and GPU busy time per round, from the Chrome trace.
 
 Writes one JSON line per measurement to ``OUT/served.jsonl``. GPU machine only::
@@ -24,7 +21,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import subprocess
 import threading
 import time
 import urllib.request
@@ -127,44 +123,6 @@ def _profile(url: str, prof_dir: Path, steps: int, tokens: int, planted: dict) -
     return {"error": "no trace"}
 
 
-def _pyspy(url: str, port: int, out: Path, seconds: float, tokens: int, planted: dict) -> dict[str, Any]:
-    """Sample the scheduler process with py-spy (raw stacks, every thread, idle frames kept) while
-    one request decodes; the collapsed stacks go to ``out`` for ``verify.bench.pyspy_rounds``."""
-    import shutil
-
-    import psutil
-
-    exe = shutil.which("py-spy")
-    if exe is None:
-        return {"error": "py-spy not on PATH"}
-    server = next((p for p in psutil.process_iter(["cmdline"])
-                   if "sglang.launch_server" in " ".join(p.info["cmdline"] or []) and str(port) in p.info["cmdline"]), None)
-    if server is None:
-        return {"error": f"no server process on port {port}"}
-    children = server.children(recursive=True)
-    scheduler = next((c for c in children if "scheduler" in c.name().lower() or "scheduler" in " ".join(c.cmdline())),
-                     None)
-    if scheduler is None:
-        return {"error": f"no scheduler among {[c.name() for c in children]}"}
-    stop = threading.Event()
-    batches: list[dict[str, Any]] = []
-
-    def run() -> None:  # requests back to back until py-spy is done
-        while not stop.is_set():
-            batches.append(_batch(url, 1, tokens, salt=77 + len(batches), planted=planted))
-
-    worker = threading.Thread(target=run, daemon=True)
-    worker.start()
-    time.sleep(0.5)
-    proc = subprocess.run([exe, "record", "--pid", str(scheduler.pid), "--duration", str(int(seconds)),
-                           "--rate", "500", "--format", "raw", "--threads", "--idle", "--nonblocking",
-                           "--output", str(out)], capture_output=True, text=True, timeout=seconds + 60, check=False)
-    stop.set()
-    worker.join(600)
-    return {"pyspy_rc": proc.returncode, "pyspy_file": out.name, "pyspy_log": (proc.stderr or proc.stdout)[-500:],
-            "during_ms_per_round": [round(b["ms_per_round"], 3) for b in batches]}
-
-
 def _server_env(name: str, models: Path, out: Path) -> tuple[list[str], dict[str, str], Path]:
     algo, budget, graphs, overlap = CONFIGS[name]
     prof_dir = out / f"prof_{name}"
@@ -189,9 +147,6 @@ def measure(name: str, models: Path, out: Path, args: argparse.Namespace, port: 
         for rep in range(args.reps):
             for bs in args.batch:
                 emit({"config": name, "phase": "steady", "rep": rep, **_batch(url, bs, args.tokens, 100 + rep, planted)})
-        if args.pyspy:
-            emit({"config": name, "phase": "pyspy",
-                  **_pyspy(url, port, out / f"pyspy_{name}.txt", args.pyspy, args.tokens, planted)})
         if args.profile_steps:
             emit({"config": name, "phase": "profile", **_profile(url, prof_dir, args.profile_steps, args.tokens, planted)})
 
@@ -206,7 +161,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=512)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--profile-steps", type=int, default=30)
-    parser.add_argument("--pyspy", type=float, default=0, help="seconds of py-spy on each scheduler (0: none)")
     parser.add_argument("--start-timeout", type=float, default=300)
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -3,7 +3,7 @@
 # .carry/wheelhouse-sm90 (verify/sglang/device.sh installs it):
 #
 #   bash verify/device/round.sh tests            # GPU tests of the round and the test hook: fused tail/accept, graph replay, no host sync
-#   bash verify/device/round.sh served CONFIG... # verify/bench/served_round.py: servers side by side: first requests, steady tok/s, py-spy, launches per round
+#   bash verify/device/round.sh served CONFIG... # verify/bench/served_round.py: one server at a time: first requests, steady tok/s, launches per round
 #   bash verify/device/round.sh tiers            # the verify/sglang tier, its four modules side by side
 #
 # Logs and results land in $OUT (default build/device). Each stage fits one 10-minute device command.
