@@ -38,6 +38,9 @@ verify: $(STAMP)  ## all supported tiers + handoff report in $(VERIFY_OUT)/repor
 	@cat $(VERIFY_OUT)/rc-tests $(VERIFY_OUT)/rc-bench | grep -qvx '[05]' \
 	  && { echo "make verify: a tier failed (see $(VERIFY_OUT)/report/report.md)"; exit 1; } || true
 
+bench: $(STAMP)  ## the benchmark tier alone: micro-benchmarks, live runs where GPUs, SGLang and models are there
+	$(PY) -m pytest verify/bench --benchmark-only -q
+
 golden-check: $(STAMP)
 	$(VENV)/bin/repro golden check
 

@@ -40,6 +40,7 @@ VERBS: dict[str, str] = {
     "topology": "classify the GPU interconnect (nvidia-smi topo -m) and recommend TP or EP",
     "tau": "tau for every budget up to the recorded one, and the DFLASH chain's, from an acceptance recording",
     "tune": "measure round costs and recommend the fastest DDTREE budget per concurrency on this box",
+    "testmodels": "write the project's own test models (planted, random, MLA + MoE, full-size configs) into OUT",
 }
 BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for `yes | head -1`
 DEBUG_HELP = "print the traceback of an error as well (also REPRO_DEBUG=1)"

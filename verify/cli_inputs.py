@@ -78,11 +78,12 @@ SLOTS = (
     Slot("tune --recording", ("tune", "--profile-file", "{ws}/profiles.toml", "--results", "{ws}/empty.jsonl",
                               "--recording", "{ws}/slot.jsonl", "-o", "{ws}/tune", "fake"), "slot.jsonl", "jsonl",
          frozenset({1, 2})),
+    Slot("testmodels OUT", ("testmodels", "{ws}/slot-out"), "slot-out", "bytes"),
 )
 
 # Flags whose values a user types, in a command that fails after them (bench and serve at the
 # missing models, golden at the workspace's manifest, wheelhouse at its missing lock, demo at
-# --budgets x): whatever the value, exit 2.
+# --budgets x, testmodels at an OUT that is a file): whatever the value, exit 2.
 FLAGS = (
     (_bench(), ("--concurrency", "--temperatures", "--budgets", "--num-prompts", "--max-new-tokens",
                 "--time-limit", "--start-timeout", "--request-timeout", "--port", "--warmup",
@@ -95,6 +96,7 @@ FLAGS = (
     (("tau", "{ws}/empty.jsonl"), ("--budgets",)),
     (("tune", "--profile-file", "{ws}/profiles.toml", "--results", "{ws}/empty.jsonl", "-o", "{ws}/tune", "fake"),
      ("--budgets", "--holdout", "--concurrency", "--temperature", "--num-prompts", "--max-new-tokens")),
+    (("testmodels", "{ws}/empty.jsonl"), ("--seed", "--spread")),
 )
 
 

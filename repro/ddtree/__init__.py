@@ -7,7 +7,7 @@ re-exported: tests and ``repro golden`` import it by name.
 
 from repro.ddtree.accept import Accepted, SlotTable, accept
 from repro.ddtree.chain import ChainFields, chain_fields
-from repro.ddtree.commit import Emission, accepted_rows, emitted_tokens, finish_host, kv_slots_to_keep
+from repro.ddtree.commit import emitted_tokens
 from repro.ddtree.tensors import ancestor_mask, full_mask, positions, tree_inputs, tree_pointers, verify_tensors
 from repro.ddtree.topk import merge_topk, topk_logprobs
 from repro.ddtree.tree import build_trees, build_trees_from_topk
@@ -33,22 +33,18 @@ __all__ = [
     "Accepted",
     "ChainFields",
     "DraftTree",
-    "Emission",
     "SlotTable",
     "TopK",
     "VerifyTensors",
     "WalkResult",
     "accept",
-    "accepted_rows",
     "ancestor_mask",
     "build_trees",
     "build_trees_from_topk",
     "chain_fields",
     "emitted_tokens",
-    "finish_host",
     "full_mask",
     "greedy_tokens",
-    "kv_slots_to_keep",
     "merge_topk",
     "positions",
     "sample_target_tokens",

@@ -1,17 +1,22 @@
-"""Test models the project makes itself (``python -m repro.testmodels OUT_DIR``).
+"""`repro testmodels OUT`: write the test models the project makes itself (or ``--spread NAME``).
+
+Their configurations are data, ``repro/data/models/*.toml`` (read by ``configs``); the modules
+here make the rest:
 
 - ``planted``: the planted construction (a target whose greedy output and sampling law are known
   exactly) and the drafter test-hook file;
 - ``small``: the 4-layer written targets (``planted/``, ``random/``, ``mla-planted/``,
   ``mla-random/``), their DFlash drafter (``dflash/``), ``hook.json``, and the config-only
   ``moe/`` + ``moe-dflash/`` pair;
-- ``fullsize``: full-size planted targets as data (``repro/data/models/``): Qwen3-8B and the
-  one-GPU share of Kimi-K2.6 under TP8, with drafters of their published DFlash drafters' shapes,
-  written as configs and planted in memory at load;
+- ``fullsize``: full-size planted targets, Qwen3-8B and the one-GPU share of Kimi-K2.6 under TP8,
+  with drafters of their published DFlash drafters' shapes, written as configs and planted in
+  memory at load;
 - ``plant``: planting a loaded model in place (patch 0005, ``SGLANG_REPRO_PLANT``).
 
-``OUT_DIR`` receives every model: the small ones with weights, the full-size ones as
-``NAME/`` (config.json, planted.json, hook.json) and ``NAME-dflash/`` (config.json).
+``OUT`` receives every model: the small ones with weights, the full-size ones as ``NAME/``
+(config.json, planted.json, hook.json) and ``NAME-dflash/`` (config.json). ``--spread NAME``
+prints, instead, how many distinct experts N distinct tokens activate per MoE layer of a
+full-size target. torch is imported only when a command runs.
 """
 
 from __future__ import annotations
@@ -19,74 +24,67 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from repro.testmodels.fullsize import MODELS, expert_spread, load_model, write_fullsize
-from repro.testmodels.planted import (
-    DEFAULT_RANK_PROBS,
-    LOGITS,
-    greedy_continuation,
-    next_token_probs,
-    planted_ranked,
-    successor_table,
-    write_hook,
-)
-from repro.testmodels.small import (
-    DEEPSEEK_V3,
-    DFLASH,
-    KIMI_MOE,
-    QWEN3,
-    write_drafter,
-    write_mla_moe,
-    write_moe_pair,
-    write_planted,
-    write_random,
-)
+from repro.argtypes import integer
+from repro.errors import UsageError
+from repro.testmodels.configs import FULLSIZE, read_model
 
-__all__ = [
-    "DEEPSEEK_V3", "DEFAULT_RANK_PROBS", "DFLASH", "KIMI_MOE", "LOGITS", "QWEN3", "greedy_continuation",
-    "main", "next_token_probs", "planted_ranked", "successor_table", "write_all", "write_drafter",
-    "write_hook", "write_mla_moe", "write_moe_pair", "write_planted", "write_random",
-]
 SPREAD_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 513)
+OUT_EXPECTED = "a directory to write the test models into"
 
 
 def write_all(out: Path, *, seed: int = 0) -> dict:
     """Write every test model under ``out``; return the small planted target's planted.json.
 
-    planted/, random/ (Qwen3), mla-planted/, mla-random/ (DeepseekV3: MLA + MoE), dflash/ (the
-    drafter for all of them), hook.json, the config-only moe/ + moe-dflash/ pair, and each
+    The small models (repro.testmodels.small.write_small; ``seed`` seeds their weights) and each
     full-size model's two directories.
     """
-    planted = write_planted(out / "planted", seed=seed)
-    write_random(out / "random", seed=seed + 1)
-    write_mla_moe(out / "mla-planted", planted=planted, seed=seed + 3)
-    write_mla_moe(out / "mla-random", planted=None, seed=seed + 4)
-    write_drafter(out / "dflash", seed=seed + 2)
-    write_hook(out / "hook.json", planted, seed=seed)
-    write_moe_pair(out)
+    from repro.testmodels.fullsize import write_fullsize
+    from repro.testmodels.small import write_small
+
+    planted = write_small(out, seed=seed)
     write_fullsize(out)
     return planted
 
 
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``OUT [--seed N]`` or ``--spread NAME``."""
+    moe = [name for name in FULLSIZE if "n_routed_experts" in read_model(name)["target"]]
+    parser.add_argument("out", type=Path, nargs="?", metavar="OUT", help=OUT_EXPECTED)
+    parser.add_argument("--seed", type=integer(0, 2**32 - 1), default=0,
+                        help="seed of the small models' weights (default 0)")
+    parser.add_argument("--spread", choices=moe, metavar="NAME",
+                        help=f"print the router spread of a full-size MoE target ({', '.join(moe)}) instead")
+
+
+def _check_out(out: Path) -> None:
+    """UsageError when ``out``, or the nearest of its parents that exists, is not a directory."""
+    existing = next(p for p in (out, *out.parents) if p.exists())
+    if not existing.is_dir():
+        msg = f"OUT: {existing} is not a directory (expected {OUT_EXPECTED})"
+        raise UsageError(msg)
+
+
 def _print_spread(name: str) -> None:
-    spread = expert_spread(load_model(name), list(SPREAD_COUNTS))
+    from repro.testmodels import fullsize
+
+    spread = fullsize.expert_spread(fullsize.load_model(name), list(SPREAD_COUNTS))
     print(f"{name}: distinct experts per MoE layer for N distinct tokens (min / mean / max over layers)")
     for n, per_layer in spread.items():
         print(f"  N={n:4d}  {min(per_layer):4d} / {sum(per_layer) / len(per_layer):6.1f} / {max(per_layer):4d}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m repro.testmodels OUT_DIR [--seed N]`` or ``--spread NAME``."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out", type=Path, nargs="?", help="directory to write every test model into")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--spread", choices=[m for m in MODELS if "n_routed_experts" in load_model(m).target],
-                        help="print the router spread of a full-size MoE target instead of writing")
-    args = parser.parse_args(argv)
+def main(args: argparse.Namespace) -> int:
+    """Write every test model into OUT, or print a full-size target's router spread."""
+    if args.spread and args.out is not None:
+        msg = f"give OUT or --spread, not both (got OUT {args.out} and --spread {args.spread})"
+        raise UsageError(msg)
     if args.spread:
         _print_spread(args.spread)
         return 0
     if args.out is None:
-        parser.error("OUT_DIR is required (or --spread NAME)")
+        msg = f"OUT is required ({OUT_EXPECTED}), or --spread NAME"
+        raise UsageError(msg)
+    _check_out(args.out)
     write_all(args.out, seed=args.seed)
     print(f"wrote {', '.join(sorted(p.name for p in args.out.iterdir()))} under {args.out}")
     return 0

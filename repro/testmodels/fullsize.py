@@ -13,20 +13,17 @@ spread (how many distinct experts N distinct tokens activate per layer).
 from __future__ import annotations
 
 import json
-import tomllib
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 import torch
 
+from repro.testmodels.configs import FULLSIZE, read_model, write_config
 from repro.testmodels.plant import router_weight
 from repro.testmodels.planted import planted_info, planted_ranked, write_hook
 
-MODELS = ("qwen3-8b", "k26-tp8")
 GIB = 1 << 30
 BF16 = 2
-_KEYS = {"description", "gpu-share", "sources", "budget", "plant", "reference", "target", "drafter"}
 
 
 @dataclass(frozen=True)
@@ -65,17 +62,8 @@ class FullSizeModel:
 
 
 def load_model(name: str) -> FullSizeModel:
-    """The full-size model ``name`` (one of MODELS); ValueError naming the file and key."""
-    path = Path(str(resources.files("repro") / "data" / "models" / f"{name}.toml"))
-    try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        msg = f"{path}: cannot read the model table ({exc})"
-        raise ValueError(msg) from None
-    unknown, missing = set(data) - _KEYS, {"description", "budget", "plant", "target", "drafter"} - set(data)
-    if unknown or missing:
-        msg = f"{path}: unknown keys {sorted(unknown)} / missing keys {sorted(missing)}"
-        raise ValueError(msg)
+    """The full-size model ``name`` (one of configs.FULLSIZE); ValueError naming the file and key."""
+    data = read_model(name, ("description", "budget", "plant", "target", "drafter"))
     b = data["budget"]
     budget = Budget(float(b["gpu-gib"]), float(b["mem-fraction-static"]), int(b["requests"]), int(b["context"]))
     return FullSizeModel(name=name, description=data["description"], target=data["target"],
@@ -191,9 +179,8 @@ def write_model(out: Path, model: FullSizeModel) -> dict:
     info = planted_info(ranked, vocab=cfg["vocab_size"], eps=cfg["rms_norm_eps"],
                         architecture=cfg["architectures"][0], num_hidden_layers=cfg["num_hidden_layers"],
                         router_seed=model.router_seed, gpu_bytes_needed=int(need))
-    for name, config in ((model.name, cfg), (model.drafter_name, model.drafter)):
-        (out / name).mkdir(parents=True, exist_ok=True)
-        (out / name / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    write_config(out / model.name, cfg)
+    write_config(out / model.drafter_name, model.drafter)
     (out / model.name / "planted.json").write_text(json.dumps(info) + "\n")
     write_hook(out / model.name / "hook.json", info, seed=model.seed)
     return info
@@ -202,7 +189,7 @@ def write_model(out: Path, model: FullSizeModel) -> dict:
 def write_fullsize(out: Path) -> list[str]:
     """Every full-size model under ``out``; the directory names written."""
     names = []
-    for name in MODELS:
+    for name in FULLSIZE:
         model = load_model(name)
         write_model(out, model)
         names += [model.name, model.drafter_name]

@@ -1,4 +1,4 @@
-"""The small written test models: configs and safetensors the project makes itself.
+"""The small written test models: safetensors the project makes itself, for configs held as data.
 
 *Planted* Qwen3 target (repro.testmodels.planted): inert layers, one-hot embeddings and a planted
 LM head, so its greedy next token is a known function of the context with large logit margins
@@ -17,6 +17,8 @@ and ``mla-random``.
 For throughput only, ``moe/`` + ``moe-dflash/`` hold just the configs of a Kimi-shaped MoE
 target (reduced width, Kimi's vocabulary, 64 experts) and its drafter: the TP vs EP profiles
 serve them with ``--load-format dummy``.
+
+The configs are ``repro/data/models/small-*.toml`` (repro.testmodels.configs).
 """
 
 from __future__ import annotations
@@ -26,109 +28,8 @@ from pathlib import Path
 
 import torch
 
-from repro.testmodels.planted import fill_embedding_, fill_head_, planted_info, planted_ranked
-
-QWEN3 = {
-    "architectures": ["Qwen3ForCausalLM"],
-    "model_type": "qwen3",
-    "hidden_size": 512,
-    "intermediate_size": 1408,
-    "num_hidden_layers": 4,
-    "num_attention_heads": 8,
-    "num_key_value_heads": 2,
-    "head_dim": 64,
-    "vocab_size": 4096,
-    "max_position_embeddings": 4096,
-    "rms_norm_eps": 1e-06,
-    "rope_theta": 1000000.0,
-    "hidden_act": "silu",
-    "attention_bias": False,
-    "attention_dropout": 0.0,
-    "tie_word_embeddings": False,
-    "use_sliding_window": False,
-    "sliding_window": None,
-    "max_window_layers": 4,
-    "initializer_range": 0.02,
-    "bos_token_id": 1,
-    "eos_token_id": 2,
-    "use_cache": True,
-    "torch_dtype": "bfloat16",
-}
-
-# DeepseekV3 / Kimi-K2-shaped (MLA attention with a q LoRA, sigmoid-routed MoE with a shared
-# expert, first layer dense), at the planted target's hidden size and vocabulary.
-DEEPSEEK_V3 = {
-    "architectures": ["DeepseekV3ForCausalLM"],
-    "model_type": "deepseek_v3",
-    "vocab_size": QWEN3["vocab_size"],
-    "hidden_size": QWEN3["hidden_size"],
-    "intermediate_size": 1024,
-    "moe_intermediate_size": 256,
-    "num_hidden_layers": 4,
-    "num_nextn_predict_layers": 0,
-    "num_attention_heads": 8,
-    "num_key_value_heads": 8,
-    "n_shared_experts": 1,
-    "n_routed_experts": 8,
-    "num_experts_per_tok": 2,
-    "routed_scaling_factor": 1.0,
-    "n_group": 1,
-    "topk_group": 1,
-    "topk_method": "noaux_tc",
-    "scoring_func": "sigmoid",
-    "norm_topk_prob": True,
-    "moe_layer_freq": 1,
-    "first_k_dense_replace": 1,
-    # Kimi-K2's MLA head geometry: SGLang's triton MLA kernels take a latent + rope width of
-    # 512 + 64 (or 256 + 32) only.
-    "q_lora_rank": 256,
-    "kv_lora_rank": 512,
-    "qk_nope_head_dim": 128,
-    "qk_rope_head_dim": 64,
-    "v_head_dim": 128,
-    "hidden_act": "silu",
-    "max_position_embeddings": 4096,
-    "rms_norm_eps": 1e-06,
-    "rope_theta": 10000.0,
-    "rope_scaling": None,
-    "attention_bias": False,
-    "attention_dropout": 0.0,
-    "tie_word_embeddings": False,
-    "initializer_range": 0.02,
-    "bos_token_id": 1,
-    "eos_token_id": 2,
-    "use_cache": True,
-    "torch_dtype": "bfloat16",
-}
-
-# Throughput-only TP vs EP test pair (configs only, served with `--load-format dummy`): Kimi-K2's
-# layer shapes at a reduced width and depth, with its vocabulary and 64 routed experts, so the
-# expert all-to-all vs tensor-parallel trade-off is visible on 2-4 GPUs without writing weights.
-KIMI_MOE = {
-    **DEEPSEEK_V3,
-    "vocab_size": 163840,
-    "hidden_size": 2048,
-    "intermediate_size": 6144,
-    "moe_intermediate_size": 768,
-    "num_hidden_layers": 8,
-    "num_attention_heads": 16,
-    "num_key_value_heads": 16,
-    "n_routed_experts": 64,
-    "num_experts_per_tok": 6,
-    "q_lora_rank": 768,
-    "eos_token_id": 163585,
-    "bos_token_id": 163584,
-}
-
-DFLASH = {
-    **QWEN3,
-    "architectures": ["DFlashDraftModel"],
-    "num_hidden_layers": 2,
-    "max_window_layers": 2,
-    "block_size": 16,
-    "num_target_layers": 4,
-    "dflash_config": {"mask_token_id": 4095, "target_layer_ids": [0, 2]},
-}
+from repro.testmodels.configs import SMALL_KIMI_MOE, SMALL_MLA_MOE, SMALL_QWEN3, read_model, write_config
+from repro.testmodels.planted import fill_embedding_, fill_head_, planted_info, planted_ranked, write_hook
 
 
 def _normal(gen: torch.Generator, *shape: int, std: float) -> torch.Tensor:
@@ -161,8 +62,7 @@ def _layer(prefix: str, cfg: dict, gen: torch.Generator, *, inert: bool) -> dict
 def _save(out_dir: Path, cfg: dict, tensors: dict[str, torch.Tensor]) -> None:
     from safetensors.torch import save_file
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    write_config(out_dir, cfg)
     bf16 = {k: v.to(torch.bfloat16).contiguous() for k, v in tensors.items()}
     save_file(bf16, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
 
@@ -214,8 +114,8 @@ def _mla_moe_layer(prefix: str, i: int, cfg: dict, gen: torch.Generator, *, iner
     return out
 
 
-def write_mla_moe(out_dir: Path, *, planted: dict | None, seed: int = 3, cfg: dict = DEEPSEEK_V3) -> None:
-    """A DeepseekV3-shaped MLA + MoE target.
+def _write_mla_moe(out_dir: Path, cfg: dict, *, planted: dict | None, seed: int) -> None:
+    """A DeepseekV3-shaped MLA + MoE target of config ``cfg``.
 
     With ``planted`` (a planted.json content) its layers are inert and its embeddings and head
     are the planted ones, so it has exactly the planted Qwen3 target's outputs while running the
@@ -238,7 +138,7 @@ def write_mla_moe(out_dir: Path, *, planted: dict | None, seed: int = 3, cfg: di
         (out_dir / "planted.json").write_text(json.dumps(planted) + "\n")
 
 
-def write_planted(out_dir: Path, *, seed: int = 0, cfg: dict = QWEN3) -> dict:
+def _write_planted(out_dir: Path, cfg: dict, *, seed: int) -> dict:
     """Write the planted target; return its ``planted.json`` content (ranked tokens, logits)."""
     hid, vocab = cfg["hidden_size"], cfg["vocab_size"]
     gen = torch.Generator().manual_seed(seed)
@@ -252,7 +152,7 @@ def write_planted(out_dir: Path, *, seed: int = 0, cfg: dict = QWEN3) -> dict:
     return info
 
 
-def write_random(out_dir: Path, *, seed: int = 1, cfg: dict = QWEN3) -> None:
+def _write_random(out_dir: Path, cfg: dict, *, seed: int) -> None:
     """A random-weight target: context-dependent outputs, bf16 near-ties every ~10 tokens."""
     hid, vocab = cfg["hidden_size"], cfg["vocab_size"]
     gen = torch.Generator().manual_seed(seed)
@@ -266,7 +166,7 @@ def write_random(out_dir: Path, *, seed: int = 1, cfg: dict = QWEN3) -> None:
     _save(out_dir, cfg, tensors)
 
 
-def write_drafter(out_dir: Path, *, seed: int = 2, cfg: dict = DFLASH) -> None:
+def _write_drafter(out_dir: Path, cfg: dict, *, seed: int) -> None:
     """A DFlash drafter with random weights (no embedding or LM head: it borrows the target's)."""
     hid = cfg["hidden_size"]
     gen = torch.Generator().manual_seed(seed)
@@ -281,22 +181,21 @@ def write_drafter(out_dir: Path, *, seed: int = 2, cfg: dict = DFLASH) -> None:
     _save(out_dir, cfg, tensors)
 
 
-def write_moe_pair(out: Path) -> None:
-    """``moe/`` (KIMI_MOE) and ``moe-dflash/`` (its DFlash drafter): config.json only.
+def write_small(out: Path, *, seed: int = 0) -> dict:
+    """Every small model under ``out``; return the planted target's planted.json content.
 
-    For throughput runs with ``--load-format dummy`` (the TP vs EP profiles); no weights.
+    planted/, random/ (small-qwen3 [target]), mla-planted/, mla-random/ (small-mla-moe),
+    dflash/ (small-qwen3 [drafter], the drafter of all of them), hook.json, and the config-only
+    moe/ + moe-dflash/ pair (small-kimi-moe, for ``--load-format dummy``).
     """
-    drafter = {
-        **DFLASH,
-        "vocab_size": KIMI_MOE["vocab_size"],
-        "hidden_size": KIMI_MOE["hidden_size"],
-        "intermediate_size": KIMI_MOE["intermediate_size"],
-        "num_attention_heads": 16,
-        "num_key_value_heads": 4,
-        "head_dim": 128,
-        "num_target_layers": KIMI_MOE["num_hidden_layers"],
-        "dflash_config": {"mask_token_id": KIMI_MOE["vocab_size"] - 1, "target_layer_ids": [1, 5]},
-    }
-    for name, cfg in (("moe", KIMI_MOE), ("moe-dflash", drafter)):
-        (out / name).mkdir(parents=True, exist_ok=True)
-        (out / name / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    pair = ("description", "target", "drafter")
+    qwen3, mla_moe, kimi_moe = read_model(SMALL_QWEN3, pair), read_model(SMALL_MLA_MOE), read_model(SMALL_KIMI_MOE, pair)
+    planted = _write_planted(out / "planted", qwen3["target"], seed=seed)
+    _write_random(out / "random", qwen3["target"], seed=seed + 1)
+    _write_drafter(out / "dflash", qwen3["drafter"], seed=seed + 2)
+    _write_mla_moe(out / "mla-planted", mla_moe["target"], planted=planted, seed=seed + 3)
+    _write_mla_moe(out / "mla-random", mla_moe["target"], planted=None, seed=seed + 4)
+    write_hook(out / "hook.json", planted, seed=seed)
+    write_config(out / "moe", kimi_moe["target"])
+    write_config(out / "moe-dflash", kimi_moe["drafter"])
+    return planted

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from repro import testmodels
+from repro.testmodels.planted import greedy_continuation
 from verify.sglang import harness
 
 CONFIGS = {  # name: (algorithm, budget, graphs, overlap)
@@ -57,7 +57,7 @@ def _batch(url: str, bs: int, tokens: int, salt: int, planted: dict) -> dict[str
     rounds = max(m.get("spec_verify_ct") or m["completion_tokens"] for m in metas)
     toks = sum(m["completion_tokens"] for m in metas)
     tau = toks / sum(m.get("spec_verify_ct") or m["completion_tokens"] for m in metas)
-    exact = sum(r["output_ids"] == testmodels.greedy_continuation(planted, p[-1], tokens)
+    exact = sum(r["output_ids"] == greedy_continuation(planted, p[-1], tokens)
                 for r, p in zip(out, prompts, strict=True))
     return {"bs": bs, "wall_s": wall, "rounds": rounds, "tokens": toks, "tok_s": toks / wall,
             "ms_per_round": 1000 * wall / rounds, "tau": tau, "exact": exact}

@@ -56,8 +56,8 @@ def _skip_reason(profile: Profile) -> str | None:
     root = models_dir()
     for value in (profile.model, profile.drafter or profile.model):
         if not model_path(value, root).is_dir():
-            return (f"test model {model_path(value, root)} is missing (`python -m repro.testmodels "
-                    f"DIR` and set $REPRO_MODELS_DIR=DIR)")
+            return (f"test model {model_path(value, root)} is missing (`repro testmodels DIR` "
+                    f"and set $REPRO_MODELS_DIR=DIR)")
     planted = model_path(profile.model, root) / "planted.json"
     need = json.loads(planted.read_text()).get("gpu_bytes_needed", 0) if planted.is_file() else 0
     have = torch.cuda.get_device_properties(0).total_memory

@@ -4,7 +4,7 @@
     python -m verify.bench.verify_cost --replot results/verify_cost_k26.json     # figure only, no GPU
 
 On the GPU machine, with the patched SGLang importable: the target directory (written by
-``python -m repro.testmodels``) is loaded through SGLang's own model runner with dummy weights
+``repro testmodels``) is loaded through SGLang's own model runner with dummy weights
 and planted (``SGLANG_REPRO_PLANT``, patch 0005), exactly as a server loads it. For each batch
 size and each N it runs a forward of ``bs`` fresh requests of N distinct random tokens (an
 EXTEND; the tokens' experts spread as a verify tree's distinct tokens do) and records the wall

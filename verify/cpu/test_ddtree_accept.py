@@ -11,7 +11,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from repro.ddtree import NOT_ACCEPTED, SlotTable, accept, build_trees, emitted_tokens, kv_slots_to_keep, walk
+from repro.ddtree import NOT_ACCEPTED, SlotTable, accept, build_trees, emitted_tokens, walk
 from repro.ddtree.accept import window_order
 from verify.kernel_cases import interpret
 from verify.strategies import logits_and_budget
@@ -61,16 +61,27 @@ class TestAccept:
         cols = prefix[:, None] + torch.arange(n)
         slots = before[rows[:, None], cols].long()
         got = accept(tree, target, prefix, SlotTable(table, rows))
-        keep = kv_slots_to_keep(slots.reshape(-1), walk(tree, target), n)
+        path = walk(tree, target).accept_index
         width = got.tokens.shape[1]
         for b in range(bs):
             tau = int(got.accept_len[b])
             row, p = int(rows[b]), int(prefix[b])
-            assert table[row, p : p + tau].tolist() == keep[b, :tau].tolist()
+            assert table[row, p : p + tau].tolist() == slots[b, path[b, :tau]].tolist()  # the path's own slots
             assert sorted(table[row, p : p + n].tolist()) == sorted(before[row, p : p + n].tolist())
             assert torch.equal(table[row, :p], before[row, :p])
             assert torch.equal(table[row, p + n :], before[row, p + n :])
             assert got.path_slots[b].tolist() == table[row, p : p + width].tolist()
+
+    def test_worked_example_keeps_the_path_slots_in_path_order(self):
+        """Spec §6, B = 6: paths [0 3] and [0 1 5 6] keep slots 100, 103 and 107, 108, 112, 113
+        first (the slots a chain decode of the accepted tokens would have written)."""
+        q = torch.tensor([[.05, .60, .25, .07, .03], [.50, .04, .10, .30, .06], [.08, .70, .12, .06, .04]])
+        tree = build_trees(q.log().expand(2, 3, 5), 6, torch.tensor([8, 8]))
+        target = torch.tensor([[2, 0, 9, 9, 9, 9, 9], [1, 3, 9, 9, 9, 1, 4]])
+        table = torch.arange(100, 114).view(2, 7)
+        accept(tree, target, torch.zeros(2, dtype=torch.int64), SlotTable(table, torch.tensor([0, 1])))
+        assert table[0, :2].tolist() == [100, 103]
+        assert table[1, :4].tolist() == [107, 108, 112, 113]
 
     @given(logits_and_budget(), st.integers(0, 9999))
     def test_emission_rows_and_lengths_follow_the_walk(self, lb, seed):

@@ -18,7 +18,7 @@ import torch
 from scipy.stats import chi2
 
 from repro.sglang_glue.test_hook import DrafterTestHook, compile_profile, load_profiles, named_profile
-from repro.testmodels import write_hook
+from repro.testmodels.planted import write_hook
 from verify.bench import fit_hook_profile as fit
 
 REPO = Path(__file__).resolve().parents[2]

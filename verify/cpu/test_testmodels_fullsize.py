@@ -14,11 +14,11 @@ import math
 import pytest
 import torch
 
-from repro import testmodels
 from repro.profiles import load_profiles
 from repro.sglang_glue.test_hook import DrafterTestHook
-from repro.testmodels import fullsize
-from repro.testmodels.planted import served_logits
+from repro.testmodels import SPREAD_COUNTS, fullsize
+from repro.testmodels.planted import greedy_continuation, served_logits
+from verify.cli_inputs import run
 
 QWEN, KIMI = fullsize.load_model("qwen3-8b"), fullsize.load_model("k26-tp8")
 PROFILES = {"qwen3-8b": "full-h200-qwen3-8b", "k26-tp8": "full-h200-k26-tp8"}
@@ -135,12 +135,13 @@ class TestSpread:
             assert all(abs(c - expected) < 0.1 * expected for c in spread[n]), (n, spread[n])
         assert all(c >= experts - 2 for c in spread[513])
 
-    def test_spread_cli_prints_a_row_per_count(self, capsys, monkeypatch):
-        """``python -m repro.testmodels --spread k26-tp8`` prints min / mean / max per N."""
-        monkeypatch.setattr(testmodels, "load_model", lambda _name: _short(KIMI, 3))
-        assert testmodels.main(["--spread", "k26-tp8"]) == 0
-        lines = capsys.readouterr().out.splitlines()
-        assert len(lines) == 1 + len(testmodels.SPREAD_COUNTS)
+    def test_spread_verb_prints_a_row_per_count(self, monkeypatch):
+        """``repro testmodels --spread k26-tp8`` prints min / mean / max per N."""
+        monkeypatch.setattr(fullsize, "load_model", lambda _name: _short(KIMI, 3))
+        code, out, err = run(["testmodels", "--spread", "k26-tp8"])
+        assert (code, err) == (0, "")
+        lines = out.splitlines()
+        assert len(lines) == 1 + len(SPREAD_COUNTS)
         assert lines[1].split() == ["N=", "1", "8", "/", "8.0", "/", "8"]
 
 
@@ -177,4 +178,4 @@ class TestWrite:
         out = written[0] / KIMI.name
         info = json.loads((out / "planted.json").read_text())
         hook = DrafterTestHook.from_file(out / "hook.json", horizon=3, vocab_size=KIMI.target["vocab_size"], device="cpu")
-        assert hook.correct_tokens(torch.tensor([9000]))[0].tolist() == testmodels.greedy_continuation(info, 9000, 3)
+        assert hook.correct_tokens(torch.tensor([9000]))[0].tolist() == greedy_continuation(info, 9000, 3)

@@ -46,7 +46,7 @@ esac
 timeout 240 python3 -m repro.cli install-offline "$WH" --site "$SITE" >"$OUT/install.log" 2>&1 \
   || { tail -20 "$OUT/install.log"; exit 1; }
 timeout 60 python3 -m repro.cli patch apply --site "$SITE" >"$OUT/patch.log" 2>&1 || { cat "$OUT/patch.log"; exit 1; }
-[ -f "$MODELS/k26-tp8/planted.json" ] || timeout 120 python3 -m repro.testmodels "$MODELS" >"$OUT/models.log" 2>&1 \
+[ -f "$MODELS/k26-tp8/planted.json" ] || timeout 120 python3 -m repro.cli testmodels "$MODELS" >"$OUT/models.log" 2>&1 \
   || { tail -20 "$OUT/models.log"; exit 1; }
 log "stack and models ready ($(tail -1 "$OUT/patch.log"))"
 
@@ -54,7 +54,7 @@ rc=0
 case $phase in
 setup)
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem --format=csv >"$OUT/gpu.txt" 2>&1
-  timeout 120 python3 -m repro.testmodels --spread k26-tp8 | tee "$OUT/router_spread.txt"
+  timeout 120 python3 -m repro.cli testmodels --spread k26-tp8 | tee "$OUT/router_spread.txt"
   rc=${PIPESTATUS[0]}
   ;;
 greedy)

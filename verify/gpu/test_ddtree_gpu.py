@@ -10,16 +10,8 @@ import torch
 from hypothesis import given, settings
 
 from repro import goldenset
-from repro.ddtree import (
-    accepted_rows,
-    build_trees,
-    build_trees_from_topk,
-    emitted_tokens,
-    kv_slots_to_keep,
-    topk_logprobs,
-    verify_tensors,
-    walk,
-)
+from repro.ddtree import build_trees, build_trees_from_topk, emitted_tokens, topk_logprobs, verify_tensors, walk
+from repro.ddtree.commit import accepted_rows
 from verify.strategies import logits_and_budget
 
 pytestmark = pytest.mark.gpu
@@ -50,14 +42,13 @@ def test_cuda_equals_cpu(case):
     assert torch.equal(walk(cpu, target).accept_index, walk(gpu, target.cuda()).accept_index.cpu())
 
 
-def _round(logits, roots, lens, lens_sum, target, out_cache_loc, budget):
+def _round(logits, roots, lens, lens_sum, target, budget):
     """Everything after the drafter and before the target's sampler, as one hot path."""
     tree = build_trees_from_topk(topk_logprobs(logits, budget), budget, roots)
     vt = verify_tensors(tree, lens, lens_sum)
     result = walk(tree, target)
     return (tree.tokens, tree.parents, vt.positions, vt.full_mask, vt.retrive_next_token, vt.retrive_next_sibling,
-            result.accept_index, result.bonus, emitted_tokens(tree, result), accepted_rows(result, tree.n),
-            kv_slots_to_keep(out_cache_loc, result, tree.n))
+            result.accept_index, result.bonus, emitted_tokens(tree, result), accepted_rows(result, tree.n))
 
 
 def _inputs(bs=8, horizon=15, vocab=4096, budget=64, seed=0):
@@ -66,18 +57,18 @@ def _inputs(bs=8, horizon=15, vocab=4096, budget=64, seed=0):
     roots = torch.randint(0, vocab, (bs,), device="cuda", generator=g)
     lens = torch.randint(1, 100, (bs,), device="cuda", generator=g)
     target = torch.randint(0, vocab, (bs, budget + 1), device="cuda", generator=g)
-    return logits, roots, lens, target, torch.arange(bs * (budget + 1), device="cuda")
+    return logits, roots, lens, target
 
 
 def test_hot_path_never_syncs():
     """Tree, verify tensors, walk and commit run under sync-debug mode 'error' (no host sync)."""
-    logits, roots, lens, target, loc = _inputs()
+    logits, roots, lens, target = _inputs()
     lens_sum = int(lens.sum())
-    _round(logits, roots, lens, lens_sum, target, loc, 64)  # warm-up fills per-device caches
+    _round(logits, roots, lens, lens_sum, target, 64)  # warm-up fills per-device caches
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        _round(logits, roots, lens, lens_sum, target, loc, 64)
+        _round(logits, roots, lens, lens_sum, target, 64)
     finally:
         torch.cuda.set_sync_debug_mode("default")
 
@@ -85,10 +76,10 @@ def test_hot_path_never_syncs():
 @pytest.mark.parametrize("budget", [1, 16, 256])
 def test_cuda_graph_replay_equals_eager(budget):
     """A captured round replayed on new inputs gives exactly the eager results."""
-    logits, roots, lens, target, loc = _inputs(budget=budget)
+    logits, roots, lens, target = _inputs(budget=budget)
     lens_sum = 8 * 99  # the graph's FULL-mask size is fixed at capture: keep the sum constant
     lens.fill_(99)
-    static = [t.clone() for t in (logits, roots, lens, target, loc)]
+    static = [t.clone() for t in (logits, roots, lens, target)]
     _round(*static[:3], lens_sum, *static[3:], budget)  # warm-up on a side stream is not needed
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from repro import testmodels
+from repro.testmodels.planted import greedy_continuation
 from verify.sglang import harness
 
 pytestmark = [pytest.mark.sglang, pytest.mark.gpu]
@@ -44,7 +44,7 @@ def stop_requests(planted: dict) -> list[tuple[list[int], dict]]:
     """Requests that end inside a round: a stop token mid-continuation, an odd max_new_tokens."""
     out = []
     for i, p in enumerate(prompts()[:4]):
-        cont = testmodels.greedy_continuation(planted, p[-1], 40)
+        cont = greedy_continuation(planted, p[-1], 40)
         out.append((p, {"temperature": 0, "max_new_tokens": 40, "stop_token_ids": [cont[5 + 3 * i]]}))
         out.append((p, {"temperature": 0, "max_new_tokens": 7 + 2 * i, "ignore_eos": True}))
     return out
@@ -121,7 +121,7 @@ class TestGreedy:
         """The AR server emits exactly the planted target's greedy continuation."""
         for kind in ("single", "batch"):
             for p, r in zip(prompts(), runs["ar"][kind], strict=False):  # "single" runs the first few
-                assert r["output_ids"] == testmodels.greedy_continuation(planted, p[-1], NEW_TOKENS)
+                assert r["output_ids"] == greedy_continuation(planted, p[-1], NEW_TOKENS)
 
     @pytest.mark.parametrize("name", [c[0] for c in CONFIGS])
     def test_speculative_equals_ar_token_for_token(self, runs, name):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from repro import testmodels
+from repro.testmodels.planted import greedy_continuation
 from verify.sglang import harness
 from verify.sglang.test_ddtree_sampling import NEAR_TIE
 
@@ -43,7 +43,7 @@ def mla_runs(models) -> dict:
 class TestMlaMoe:
     def test_planted_mla_target_matches_ar_and_the_planted_output(self, mla_runs, planted):
         """On the inert MLA + MoE target DDTREE equals AR and the planted continuation (batch 1 and 4)."""
-        want = [testmodels.greedy_continuation(planted, p[-1], GREEDY["max_new_tokens"]) for p in PROMPTS]
+        want = [greedy_continuation(planted, p[-1], GREEDY["max_new_tokens"]) for p in PROMPTS]
         assert [r["output_ids"] for r in mla_runs["ar-mla-planted"]] == want
         assert [r["output_ids"] for r in mla_runs["ddtree-mla-planted"]] == want
         assert [r["output_ids"] for r in mla_runs["ddtree-mla-planted-batch"]] == want

@@ -2,7 +2,7 @@
 context-dependent random target matches AR up to bf16 near-ties.
 
 T > 0: 2,000 requests of one prompt at temperature 1 on the planted target, whose next-token
-distribution is known exactly (repro.testmodels.next_token_probs). Tokens 2 and 3 of each
+distribution is known exactly (repro.testmodels.planted.next_token_probs). Tokens 2 and 3 of each
 response come from tree-verify rounds (token 1 is sampled by the prefill); their joint
 frequencies are compared with the exact marginal by a chi-square goodness-of-fit test at the
 significance level of thresholds.toml [stats].alpha (cells with expected count < 5 pooled).
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from repro import testmodels
+from repro.testmodels.planted import next_token_probs
 from verify.sglang import harness
 
 pytestmark = [pytest.mark.sglang, pytest.mark.gpu]
@@ -49,17 +49,17 @@ def pair_probs(planted: dict, last: int, temperature: float) -> dict[tuple[int, 
     ``-1`` stands for "any token outside the ranked three"; a -1 continues from an unknown
     token, so its successors are pooled into -1 as well.
     """
-    first = testmodels.next_token_probs(planted, last, temperature)
+    first = next_token_probs(planted, last, temperature)
     out: dict[tuple[int, int], float] = {}
     for t1, p1 in first.items():
         if t1 == -1:
             out[(-1, -1)] = out.get((-1, -1), 0.0) + p1
             continue
-        for t2, p2 in testmodels.next_token_probs(planted, t1, temperature).items():
+        for t2, p2 in next_token_probs(planted, t1, temperature).items():
             if t2 == -1:
                 out[(-1, -1)] = out.get((-1, -1), 0.0) + p1 * p2
                 continue
-            for t3, p3 in testmodels.next_token_probs(planted, t2, temperature).items():
+            for t3, p3 in next_token_probs(planted, t2, temperature).items():
                 key = (t2, t3) if t3 != -1 else (t2, -1)
                 out[key] = out.get(key, 0.0) + p1 * p2 * p3
     return out

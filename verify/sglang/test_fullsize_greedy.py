@@ -14,8 +14,9 @@ import json
 
 import pytest
 
-from repro import testmodels
 from repro.testmodels import fullsize
+from repro.testmodels.configs import FULLSIZE
+from repro.testmodels.planted import greedy_continuation
 from verify.sglang import harness
 
 pytestmark = [pytest.mark.sglang, pytest.mark.gpu, pytest.mark.slow]
@@ -50,7 +51,7 @@ def _target(models, name: str) -> tuple[fullsize.FullSizeModel, dict]:
 
 
 @pytest.mark.parametrize("algorithm", ["AR", "DDTREE"])
-@pytest.mark.parametrize("name", fullsize.MODELS)
+@pytest.mark.parametrize("name", FULLSIZE)
 def test_greedy_output_is_the_planted_continuation(models, name: str, algorithm: str):
     """AR and DDTREE, at batch 1 and 4, produce the planted greedy output token for token (so
     DDTREE == AR); DDTREE accepts the hook's drafts (tau above 1 on every request)."""
@@ -68,7 +69,7 @@ def test_greedy_output_is_the_planted_continuation(models, name: str, algorithm:
         batch = harness.generate(url, PROMPTS, GREEDY)
     harness.save(f"fullsize_{model.name}_{algorithm}", {"single": [r["output_ids"] for r in single],
                                                         "batch": [r["output_ids"] for r in batch]})
-    want = [testmodels.greedy_continuation(info, p[-1], GREEDY["max_new_tokens"]) for p in PROMPTS]
+    want = [greedy_continuation(info, p[-1], GREEDY["max_new_tokens"]) for p in PROMPTS]
     assert [r["output_ids"] for r in single] == want
     assert [r["output_ids"] for r in batch] == want
     if algorithm == "DDTREE":
