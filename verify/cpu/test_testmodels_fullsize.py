@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from repro import testmodels
-from repro.profiles import load_profiles
+from repro.serving.profiles import load_profiles
 from repro.sglang_glue.test_hook import DrafterTestHook
 from repro.testmodels import fullsize
 from repro.testmodels.planted import served_logits
