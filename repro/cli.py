@@ -1,7 +1,7 @@
 """`repro` command line: parses arguments and dispatches to one module per verb.
 
-Each verb lives in ``repro/<verb>.py`` (``-`` becomes ``_``) and exposes ``add_arguments(parser)``
-and ``main(args) -> int``. Verb modules keep heavy imports (torch, sglang) inside functions so
+Each verb is one module (the ``VERBS`` table names it) exposing ``add_arguments(parser)`` and
+``main(args) -> int``. Verb modules keep heavy imports (torch, sglang) inside functions so
 ``repro --help`` stays fast.
 
 Errors are handled here, once, for every verb: a :class:`~repro.errors.UsageError` (bad flags,
@@ -21,26 +21,40 @@ import importlib
 import os
 import sys
 import traceback
-from typing import NoReturn
+from typing import NamedTuple, NoReturn
 
 from repro.errors import ReproError, UsageError
 
-# verb -> one-line help. Add a row here and a module repro/<verb>.py to add a verb.
-VERBS: dict[str, str] = {
-    "demo": "run an embedded end-to-end DDTree decode on a toy target and drafter (CPU)",
-    "golden": "check or regenerate the golden set in golden/",
-    "patch": "apply, check or revert the DDTree patch series on the pinned SGLang",
-    "wheelhouse": "download, hash-check and pack the pinned serving wheels for an offline GPU host",
-    "install-offline": "install a wheelhouse with no network, checking every hash",
-    "doctor": "check this machine against the pinned stack: GPU, driver, versions, toolchain, cubins",
-    "cubins": "list the GPU architectures the sglang-kernel libraries carry code for",
-    "serve": "run SGLang for a deployment profile on 127.0.0.1 until Ctrl-C",
-    "bench": "benchmark AR vs DFLASH vs DDTREE (and TP vs EP) against SGLang from profiles",
-    "report": "write the Markdown/JSON/PNG handoff report from bench results and verify tiers",
-    "topology": "classify the GPU interconnect (nvidia-smi topo -m) and recommend TP or EP",
-    "tau": "tau for every budget up to the recorded one, and the DFLASH chain's, from an acceptance recording",
-    "tune": "measure round costs and recommend the fastest DDTREE budget per concurrency on this box",
-    "testmodels": "write the project's own test models (planted, random, MLA + MoE, full-size configs) into OUT",
+
+class Verb(NamedTuple):
+    """A CLI verb: the module that implements it and its one-line help."""
+
+    module: str
+    help: str
+
+
+# Add a row here and its module to add a verb.
+VERBS: dict[str, Verb] = {
+    "demo": Verb("repro.demo", "run an embedded end-to-end DDTree decode on a toy target and drafter (CPU)"),
+    "golden": Verb("repro.golden.command", "check or regenerate the golden set in golden/"),
+    "patch": Verb("repro.patch", "apply, check or revert the DDTree patch series on the pinned SGLang"),
+    "wheelhouse": Verb("repro.stack.wheelhouse",
+                       "download, hash-check and pack the pinned serving wheels for an offline GPU host"),
+    "install-offline": Verb("repro.stack.install_offline", "install a wheelhouse with no network, checking every hash"),
+    "doctor": Verb("repro.stack.doctor",
+                   "check this machine against the pinned stack: GPU, driver, versions, toolchain, cubins"),
+    "cubins": Verb("repro.stack.cubins", "list the GPU architectures the sglang-kernel libraries carry code for"),
+    "serve": Verb("repro.serving.serve", "run SGLang for a deployment profile on 127.0.0.1 until Ctrl-C"),
+    "bench": Verb("repro.evidence.bench", "benchmark AR vs DFLASH vs DDTREE (and TP vs EP) against SGLang from profiles"),
+    "report": Verb("repro.evidence.report",
+                   "write the Markdown/JSON/PNG handoff report from bench results and verify tiers"),
+    "topology": Verb("repro.serving.topology", "classify the GPU interconnect (nvidia-smi topo -m) and recommend TP or EP"),
+    "tau": Verb("repro.tuning.tau",
+                "tau for every budget up to the recorded one, and the DFLASH chain's, from an acceptance recording"),
+    "tune": Verb("repro.tuning.tune",
+                 "measure round costs and recommend the fastest DDTREE budget per concurrency on this box"),
+    "testmodels": Verb("repro.testmodels",
+                       "write the project's own test models (planted, random, MLA + MoE, full-size configs) into OUT"),
 }
 BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for `yes | head -1`
 DEBUG_HELP = "print the traceback of an error as well (also REPRO_DEBUG=1)"
@@ -59,12 +73,12 @@ def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
     parser = _Parser(prog="repro", description=__doc__.splitlines()[0])
     parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     sub = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
-    for verb, help_text in VERBS.items():
+    for verb, (module_name, help_text) in VERBS.items():
         verb_parser = sub.add_parser(verb, help=help_text, description=help_text)
         verb_parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                                  help=DEBUG_HELP)
         if verb == selected:
-            module = importlib.import_module(f"repro.{verb.replace('-', '_')}")
+            module = importlib.import_module(module_name)
             module.add_arguments(verb_parser)
             verb_parser.set_defaults(_module=module)
     return parser

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from repro.results import Cell
+from repro.evidence.results import Cell
 
 
 def cell(algorithm: str = "AR", budget: int | None = None, concurrency: int = 1,

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from repro import cli, offline
+from repro import cli
+from repro.stack import offline
 from verify.fake_sglang import write_profiles
 
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from repro.fatbin import FATBIN_MAGIC, FLAG_ARCH_SPECIFIC, FLAG_ZSTD, KIND_PTX, KIND_SASS
-from repro.stack import STACK_TOML
+from repro.stack.fatbin import FATBIN_MAGIC, FLAG_ARCH_SPECIFIC, FLAG_ZSTD, KIND_PTX, KIND_SASS
+from repro.stack.pins import STACK_TOML
 
 FLAGS_64BIT_LINUX = 0x11  # the low flag bits every entry of the sglang-kernel wheel carries
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import torch
 
-from repro.acceptance import budget_taus, read_recordings
 from repro.ddtree import ChainFields
-from repro.recording import Recorder
-from repro.results import Cell
+from repro.evidence.results import Cell
+from repro.tuning.acceptance import budget_taus, read_recordings
+from repro.tuning.recording import Recorder
 
 HORIZON = 15
 

@@ -4,7 +4,7 @@ DFLASH drafts the rank-0 token of every depth, ``ids[:, d-1, 0]`` of the round's
 argmax; ties go to the smaller id, as ``torch.argmax`` and ddtree-spec.md §2.1 agree). That chain
 is the tree path of rank tuple ``(0, 0, ...)``; the tree holds its first ``in_tree`` nodes. The
 target's token at a node depends only on the node's path, so two per-round fields decide, or
-bound, the chain's acceptance (the rule is ``repro.acceptance.chain_tau``):
+bound, the chain's acceptance (the rule is ``repro.tuning.acceptance.chain_tau``):
 
 - ``rank0[b, d-1]``: the accepted path's node at depth ``d`` holds that depth's rank-0 token
   (False past the path's end). The leading run of True is where the path follows the chain.

@@ -31,7 +31,7 @@ import torch
 from repro.ddtree import TopK, build_trees_from_topk, topk_logprobs, verify_tensors
 from repro.ddtree.reference import heap_tree
 from repro.kernels.tree_build import MAX_BUDGET, build_trees_fused, build_trees_fused_flagged, verify_tensors_fused
-from repro.stack import git_revision
+from repro.stack.pins import git_revision
 from verify.bench.bench_topk import time_interleaved
 
 

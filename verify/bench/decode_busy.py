@@ -58,8 +58,8 @@ def _post(port: int, path: str, body: dict) -> tuple[int, bytes]:
 
 def measure(args: argparse.Namespace) -> dict:
     """Serve, decode, profile ``args.steps`` steps; the trace's figures and where it lies."""
-    from repro.profiles import get_profile, models_dir
-    from repro.sglang_server import SGLangServer, free_port
+    from repro.serving.profiles import get_profile, models_dir
+    from repro.serving.sglang_server import SGLangServer, free_port
 
     profile = get_profile(args.profile).with_algorithm(args.algorithm)
     trace_dir = (args.out.parent / f"trace-{args.profile}-{args.algorithm}").resolve()

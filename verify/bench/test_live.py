@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from repro import cli
-from repro.profiles import Profile, load_profiles, load_thresholds, model_path, models_dir
-from repro.results import read_records, summarize
-from repro.verdicts import FAIL, judge, tp_ep_points
+from repro.evidence.results import read_records, summarize
+from repro.evidence.verdicts import FAIL, judge, tp_ep_points
+from repro.serving.profiles import Profile, load_profiles, load_thresholds, model_path, models_dir
 
 pytestmark = [pytest.mark.sglang, pytest.mark.gpu, pytest.mark.benchmark(group="live")]
 

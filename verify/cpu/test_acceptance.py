@@ -1,4 +1,4 @@
-"""Tests for `repro.acceptance`: the budget-prefix property it rests on, the recording reader and
+"""Tests for `repro.tuning.acceptance`: the budget-prefix property it rests on, the recording reader and
 the tau estimates."""
 
 from __future__ import annotations
@@ -11,9 +11,18 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from repro.acceptance import Recording, Round, budget_taus, chain_estimate, prompt_sets, ratio_estimates, read_recordings, tau_at
 from repro.ddtree import build_trees, walk
 from repro.errors import UsageError
+from repro.tuning.acceptance import (
+    Recording,
+    Round,
+    budget_taus,
+    chain_estimate,
+    prompt_sets,
+    ratio_estimates,
+    read_recordings,
+    tau_at,
+)
 from verify.strategies import draft_logits
 
 

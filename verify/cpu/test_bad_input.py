@@ -21,13 +21,13 @@ import numpy as np
 import pytest
 import torch
 
-from repro import goldenset
 from repro.ddtree import build_trees, walk
 from repro.errors import ReproError, UsageError
-from repro.profiles import NETWORK_SERVER_ARGS, OWNED_SERVER_ARGS, load_profiles, reserved_flag
-from repro.results import ResultsWriter, read_records
-from repro.sglang_client import Client
-from repro.sglang_server import server_argv
+from repro.evidence.results import ResultsWriter, read_records
+from repro.golden import cases
+from repro.serving.profiles import NETWORK_SERVER_ARGS, OWNED_SERVER_ARGS, load_profiles, reserved_flag
+from repro.serving.sglang_client import Client
+from repro.serving.sglang_server import server_argv
 from verify.benchdata import cell, request
 from verify.cli_inputs import BENCH, SLOTS, argv_of, changed, run, snapshot, toml_text, workspace
 from verify.fake_sglang import BASE_PROFILE, REPO, make_models, write_profiles
@@ -331,7 +331,7 @@ class TestTracebacks:
         (tmp_path / "tensors").mkdir()
         (tmp_path / "tensors" / "x.safetensors").write_bytes(b"\xff" * 64)
         spec = {"name": "x", "family": "random", "seed": 1, "bs": 1, "horizon": 1, "vocab": 2, "budget": 1}
-        entry = {"name": "x", "kind": goldenset.KIND, "file": "tensors/x.safetensors",
+        entry = {"name": "x", "kind": cases.KIND, "file": "tensors/x.safetensors",
                  "sha256": hashlib.sha256(b"\xff" * 64).hexdigest(), "spec": spec}
         (tmp_path / "manifest.json").write_text(json.dumps({"cases": [entry]}))
         code, out, err = run(["golden", "check", "--dir", str(tmp_path)])

@@ -20,10 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from repro import bench, cli
-from repro.results import read_records, summarize
-from repro.sglang_client import Client
-from repro.sglang_server import free_port
+from repro import cli
+from repro.evidence import bench
+from repro.evidence.results import read_records, summarize
+from repro.serving.sglang_client import Client
+from repro.serving.sglang_server import free_port
 from verify.fake_sglang import REPO, make_models, subprocess_env, write_profiles
 
 FAST = {"sglang": {"fake-step-ms": 3}}

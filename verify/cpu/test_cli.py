@@ -33,7 +33,7 @@ def verb(monkeypatch):
     module.add_arguments = lambda parser: parser.add_argument("--n", type=int, default=0)
     module.main = main
     monkeypatch.setitem(sys.modules, "repro.probe", module)
-    monkeypatch.setitem(cli.VERBS, "probe", "a verb registered by a test")
+    monkeypatch.setitem(cli.VERBS, "probe", cli.Verb("repro.probe", "a verb registered by a test"))
     return box
 
 

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from repro.profiles import PROFILE_KEYS
-from repro.results import KINDS
+from repro.evidence.results import KINDS
+from repro.serving.profiles import PROFILE_KEYS
 from verify.benchdata import cell, request
 from verify.cli_inputs import FLAGS, SLOTS, Slot, argv_of, changed, run, snapshot, toml_text, workspace
 from verify.fake_sglang import BASE_PROFILE

@@ -1,10 +1,10 @@
-"""Tests for `repro.costs`: round costs from bench records, interpolation, the throughput model."""
+"""Tests for `repro.tuning.costs`: round costs from bench records, interpolation, the throughput model."""
 
 from __future__ import annotations
 
 import pytest
 
-from repro.costs import CostModel, cell_costs, interpolate, predict_tok_s
+from repro.tuning.costs import CostModel, cell_costs, interpolate, predict_tok_s
 from verify.tunedata import bench_records, linear_round_ms
 
 TAUS = [1.0 + 0.02 * b for b in range(129)]

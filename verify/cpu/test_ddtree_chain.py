@@ -1,4 +1,4 @@
-"""Tests for `repro.ddtree.chain` and `repro.acceptance.chain_tau`: the DFLASH chain on a DDTree round's rows.
+"""Tests for `repro.ddtree.chain` and `repro.tuning.acceptance.chain_tau`: the DFLASH chain on a DDTree round's rows.
 
 The oracle is a real chain verify: the chain of rank-0 tokens walked against a target whose token
 at a node depends only on the node's path, the same target the tree was walked against.
@@ -11,8 +11,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from repro.acceptance import Round, chain_tau
 from repro.ddtree import DraftTree, build_trees, chain_fields, topk_logprobs, walk
+from repro.tuning.acceptance import Round, chain_tau
 from verify.strategies import logits_and_budget
 
 Q = torch.tensor([[.05, .60, .25, .07, .03], [.50, .04, .10, .30, .06], [.08, .70, .12, .06, .04]])

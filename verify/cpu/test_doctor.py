@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from repro import cli, doctor
-from repro.stack import REPO_ROOT, parse_stack
+from repro import cli
+from repro.stack import doctor
+from repro.stack.pins import REPO_ROOT, parse_stack
 from verify.fake_stack import FIXTURES, cuda_library, dist, fake_nvidia_smi, sass, stack_text
 
 DOCTOR = FIXTURES / "doctor"

@@ -1,4 +1,4 @@
-"""Tests for `repro.fatbin` on synthetic ELF libraries laid out as nvcc writes them."""
+"""Tests for `repro.stack.fatbin` on synthetic ELF libraries laid out as nvcc writes them."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import zipfile
 
 import pytest
 
-from repro import fatbin
-from repro.fatbin import CudaCode
+from repro.stack import fatbin
+from repro.stack.fatbin import CudaCode
 from verify.fake_stack import FLAGS_64BIT_LINUX, Entry, cuda_library, ptx, sass
 
 HAS_ZSTD = sys.version_info >= (3, 14) or shutil.which("zstd") is not None

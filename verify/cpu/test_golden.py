@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from repro import goldenset
 from repro.cli import main as cli
+from repro.golden import cases
 
 GOLDEN = Path(__file__).resolve().parents[2] / "golden"
-CASES = list(goldenset.iter_cases(GOLDEN))
+CASES = list(cases.iter_cases(GOLDEN))
 
 
 def test_the_set_covers_the_spec_example_and_fifty_seeded_cases():
@@ -31,11 +31,11 @@ def test_the_set_covers_the_spec_example_and_fifty_seeded_cases():
 def test_case_rederives_exactly(entry, spec):
     """The file matches its sha256, and the batched and heap paths reproduce every output (scores
     to SCORE_ATOL: this CPU's float32 logsumexp may round otherwise than the writer's)."""
-    assert goldenset.sha256(GOLDEN / entry["file"]) == entry["sha256"]
-    inputs, stored = goldenset.load_case(GOLDEN, entry)
+    assert cases.sha256(GOLDEN / entry["file"]) == entry["sha256"]
+    inputs, stored = cases.load_case(GOLDEN, entry)
     for path in ("batched", "reference"):
-        derived = goldenset.derive(inputs, spec.budget, path)
-        assert goldenset.mismatches(stored, derived, score_atol=goldenset.SCORE_ATOL) == []
+        derived = cases.derive(inputs, spec.budget, path)
+        assert cases.mismatches(stored, derived, score_atol=cases.SCORE_ATOL) == []
 
 
 def test_generation_is_deterministic(tmp_path):
@@ -43,16 +43,16 @@ def test_generation_is_deterministic(tmp_path):
     outputs (scores to SCORE_ATOL, as above; the bytes are equal where logsumexp rounds alike)."""
     for name in ("worked-example-b6", "ties-2-v8", "certain-1-v4"):
         entry = next(e for e, s in CASES if s.name == name)
-        fresh = goldenset.write_case(tmp_path, goldenset.CaseSpec(**entry["spec"]))
-        (inputs, stored), (new_inputs, new_outputs) = goldenset.load_case(GOLDEN, entry), goldenset.load_case(tmp_path, fresh)
+        fresh = cases.write_case(tmp_path, cases.CaseSpec(**entry["spec"]))
+        (inputs, stored), (new_inputs, new_outputs) = cases.load_case(GOLDEN, entry), cases.load_case(tmp_path, fresh)
         assert inputs.keys() == new_inputs.keys()
         assert all(torch.equal(inputs[k], new_inputs[k]) for k in inputs)
-        assert goldenset.mismatches(stored, new_outputs, score_atol=goldenset.SCORE_ATOL) == []
+        assert cases.mismatches(stored, new_outputs, score_atol=cases.SCORE_ATOL) == []
 
 
 class TestCheckCommand:
     def _copy(self, tmp_path: Path, names: list[str]) -> Path:
-        manifest = goldenset.load_manifest(GOLDEN)
+        manifest = cases.load_manifest(GOLDEN)
         manifest["cases"] = [e for e in manifest["cases"] if e["name"] in names]
         for e in manifest["cases"]:
             (tmp_path / e["file"]).parent.mkdir(parents=True, exist_ok=True)
@@ -86,7 +86,7 @@ class TestCheckCommand:
         data["out.bonus"] = data["out.bonus"] + 1
         save_file(data, str(f))
         manifest = json.loads((d / "manifest.json").read_text())
-        manifest["cases"][0]["sha256"] = goldenset.sha256(f)
+        manifest["cases"][0]["sha256"] = cases.sha256(f)
         (d / "manifest.json").write_text(json.dumps(manifest))
         assert cli(["golden", "check", "--dir", str(d)]) == 1
         assert "batched differs on ['bonus']" in capsys.readouterr().out
@@ -94,15 +94,15 @@ class TestCheckCommand:
     def test_kernel_golden_hash_is_checked(self, tmp_path, capsys):
         """The SGLang kernel golden is hash-checked by `repro golden check` and by its loader."""
         d = self._copy(tmp_path, ["worked-example-b1", "sglang-kernels-sm90"])
-        assert set(goldenset.load_kernel_golden(d, "90")) == {
+        assert set(cases.load_kernel_golden(d, "90")) == {
             "extend_attention_tree_out", "verify_tree_greedy_accept_index", "target_only_sampling_pairs"}
-        assert goldenset.load_kernel_golden(d, "120") is None
+        assert cases.load_kernel_golden(d, "120") is None
         f = d / "kernels" / "sglang-sm90.safetensors"
         f.write_bytes(f.read_bytes()[:-1] + bytes([f.read_bytes()[-1] ^ 1]))
         assert cli(["golden", "check", "--dir", str(d)]) == 1
         assert "FAIL sglang-kernels-sm90: sha256 differs" in capsys.readouterr().out
         with pytest.raises(ValueError, match="sha256 differs"):
-            goldenset.load_kernel_golden(d, "90")
+            cases.load_kernel_golden(d, "90")
 
     def test_missing_manifest_is_a_usage_error(self, tmp_path, capsys):
         """A directory without a manifest gives a one-line error and exit 2."""

@@ -1,10 +1,10 @@
-"""Tests for `repro.gpuinfo` on recorded nvidia-smi outputs and on a fake nvidia-smi on PATH."""
+"""Tests for `repro.stack.gpuinfo` on recorded nvidia-smi outputs and on a fake nvidia-smi on PATH."""
 
 from __future__ import annotations
 
 import pytest
 
-from repro import gpuinfo
+from repro.stack import gpuinfo
 from verify.fake_stack import FIXTURES, fake_nvidia_smi
 
 DOCTOR = FIXTURES / "doctor"

@@ -7,8 +7,9 @@ import sys
 
 import pytest
 
-from repro import cli, offline, wheelhouse
-from repro.stack import parse_stack
+from repro import cli
+from repro.stack import offline, wheelhouse
+from repro.stack.pins import parse_stack
 from verify.fake_stack import dist, serve_set
 
 

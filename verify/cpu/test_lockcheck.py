@@ -1,4 +1,4 @@
-"""Tests for `repro.lockcheck` on the real uv.lock, pyproject.toml and stack.toml, and on mutated
+"""Tests for `repro.stack.lockcheck` on the real uv.lock, pyproject.toml and stack.toml, and on mutated
 copies showing each check fails on the mistake it guards. Checks that need Nix (flake.lock against
 flake.nix, the evaluated shells) are exercised in test_nix_flake.py."""
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from repro.lockcheck import parse_flake_url, shell_env_problems, target_problems, uv_lock_problems
-from repro.stack import STACK_TOML, load_stack, parse_stack
+from repro.stack.lockcheck import parse_flake_url, shell_env_problems, target_problems, uv_lock_problems
+from repro.stack.pins import STACK_TOML, load_stack, parse_stack
 
 ROOT = Path(__file__).resolve().parents[2]
 

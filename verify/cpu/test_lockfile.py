@@ -1,11 +1,11 @@
-"""Tests for `repro.lockfile` on a small uv.lock fixture and on the repository's uv.lock."""
+"""Tests for `repro.stack.lockfile` on a small uv.lock fixture and on the repository's uv.lock."""
 
 from __future__ import annotations
 
 import pytest
 
-from repro.lockfile import UV_LOCK, load_lock, normalize, parse_lock
-from repro.stack import load_stack
+from repro.stack.lockfile import UV_LOCK, load_lock, normalize, parse_lock
+from repro.stack.pins import load_stack
 from verify.fake_stack import FIXTURES
 
 LOCK = FIXTURES / "lock" / "uv.lock"

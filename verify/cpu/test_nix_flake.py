@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from repro.lockcheck import flake_lock_problems, shell_env_problems
-from repro.stack import load_stack
+from repro.stack.lockcheck import flake_lock_problems, shell_env_problems
+from repro.stack.pins import load_stack
 
 pytestmark = pytest.mark.nix
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from repro.lockcheck import DRIVER_LIBS
+from repro.stack.lockcheck import DRIVER_LIBS
 
 HOOK = Path(__file__).resolve().parents[2] / "nix/shell-hook.sh"
 DRIVER_FILES = (

@@ -1,4 +1,4 @@
-"""Tests for `repro.offline`: wheel tags, unpacking against RECORD, archives and the manifest."""
+"""Tests for `repro.stack.offline`: wheel tags, unpacking against RECORD, archives and the manifest."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import zipfile
 
 import pytest
 
-from repro import offline
+from repro.stack import offline
 from verify.fake_stack import wheel
 
 

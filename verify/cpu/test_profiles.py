@@ -1,4 +1,4 @@
-"""Tests for `repro.profiles`: the shipped profiles and thresholds, and every validation error."""
+"""Tests for `repro.serving.profiles`: the shipped profiles and thresholds, and every validation error."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from repro.errors import UsageError
-from repro.profiles import Profile, get_profile, load_profiles, load_thresholds, model_path, models_dir
-from repro.stack import load_stack
+from repro.serving.profiles import Profile, get_profile, load_profiles, load_thresholds, model_path, models_dir
+from repro.stack.pins import load_stack
 from verify.fake_sglang import write_profiles
 
 SEED_DEPLOYMENTS = ("k26-b300-tp8", "k26-b300-ep8", "k26-pro6000-ep8", "k26-pro6000-tp8",

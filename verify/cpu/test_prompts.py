@@ -1,4 +1,4 @@
-"""Tests for `repro.prompts`: the packaged HumanEval set, user JSONL files and request inputs."""
+"""Tests for `repro.evidence.prompts`: the packaged HumanEval set, user JSONL files and request inputs."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from repro.errors import UsageError
-from repro.prompts import Prompt, byte_ids, load_prompts, request_input, vocab_size
+from repro.evidence.prompts import Prompt, byte_ids, load_prompts, request_input, vocab_size
 
 
 class TestLoadPrompts:

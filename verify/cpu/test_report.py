@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from repro import cli, stack
-from repro.profiles import get_profile
-from repro.report import read_tiers
+from repro import cli
+from repro.evidence.report import read_tiers
+from repro.serving.profiles import get_profile
+from repro.stack import pins
 from verify.benchdata import cell, request
 
 JUNIT = Path(__file__).parents[1] / "fixtures" / "junit"
@@ -75,7 +76,7 @@ class TestReport:
     def test_tiers_only_report_uses_this_machines_fingerprint(self, tmp_path: Path,
                                                               monkeypatch) -> None:
         """With no results (make verify on a CPU box) the report still lists the tiers."""
-        monkeypatch.setattr(stack, "fingerprint", lambda: {"python": "3.12", "gpus": []})
+        monkeypatch.setattr(pins, "fingerprint", lambda: {"python": "3.12", "gpus": []})
         out = tmp_path / "rep"
         assert cli.main(["report", "-o", str(out), "--tiers", str(JUNIT / "tests.xml")]) == 0
         md = (out / "report.md").read_text()

@@ -1,4 +1,4 @@
-"""Tests for `repro.results`: the crash-safe JSONL file, resume bookkeeping and cell summaries."""
+"""Tests for `repro.evidence.results`: the crash-safe JSONL file, resume bookkeeping and cell summaries."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from repro.errors import UsageError
-from repro.results import (
+from repro.evidence.results import (
     HEADERS,
     ResultsWriter,
     finished,

@@ -1,4 +1,4 @@
-"""Tests for `repro.runconfig`: the digests `repro bench --resume` compares."""
+"""Tests for `repro.evidence.runconfig`: the digests `repro bench --resume` compares."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import dataclasses
 import shutil
 from pathlib import Path
 
-from repro import runconfig
-from repro.profiles import load_profiles
+from repro.evidence import runconfig
+from repro.serving.profiles import load_profiles
 from verify.fake_sglang import make_models, write_profiles
 
 INPUTS = [{"input_ids": [1, 2, 3]}]

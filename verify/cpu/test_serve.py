@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from repro.sglang_client import Client
-from repro.sglang_server import free_port
+from repro.serving.sglang_client import Client
+from repro.serving.sglang_server import free_port
 from verify.fake_sglang import make_models, subprocess_env, write_profiles
 
 

@@ -1,4 +1,4 @@
-"""Tests for `repro.sglang_client` against the fake SGLang server (loopback, bounded lifetime)."""
+"""Tests for `repro.serving.sglang_client` against the fake SGLang server (loopback, bounded lifetime)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from repro.errors import ReproError
-from repro.sglang_client import Client
-from repro.sglang_server import free_port
+from repro.serving.sglang_client import Client
+from repro.serving.sglang_server import free_port
 from verify.fake_sglang import make_models, subprocess_env
 
 Launch = Callable[..., Client]

@@ -1,4 +1,4 @@
-"""Tests for `repro.sglang_server`: the server command line, pre-flight checks and the process life
+"""Tests for `repro.serving.sglang_server`: the server command line, pre-flight checks and the process life
 cycle, driven against the fake SGLang server of verify/fake_sglang.py."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from repro.errors import ReproError, UsageError
-from repro.profiles import Profile, load_profiles
-from repro.sglang_server import SGLangServer, check_models, free_port, log_tail, port_is_free, server_argv, server_env
+from repro.serving.profiles import Profile, load_profiles
+from repro.serving.sglang_server import SGLangServer, check_models, free_port, log_tail, port_is_free, server_argv, server_env
 from verify.fake_sglang import REPO, make_models, write_profiles
 
 

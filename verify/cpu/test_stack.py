@@ -1,4 +1,4 @@
-"""Tests for `repro.stack`: loading and validating stack.toml, target lookup, the fingerprint."""
+"""Tests for `repro.stack.pins`: loading and validating stack.toml, target lookup, the fingerprint."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from repro.stack import (
+from repro.stack.pins import (
     REPO_ROOT,
     fingerprint,
     git_revision,
@@ -122,7 +122,7 @@ class TestFingerprint:
 
     def test_fingerprint_does_not_import_torch(self):
         """A fresh interpreter computing the fingerprint never imports torch."""
-        code = "import sys, repro.stack as s; s.fingerprint(); print('torch' in sys.modules)"
+        code = "import sys, repro.stack.pins as s; s.fingerprint(); print('torch' in sys.modules)"
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT, check=True)
         assert out.stdout.strip() == "False"
 

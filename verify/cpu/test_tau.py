@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from repro.acceptance import read_recordings, tau_at
 from repro.cli import main as cli
+from repro.tuning.acceptance import read_recordings, tau_at
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import math
 import pytest
 import torch
 
-from repro.profiles import load_profiles
+from repro.serving.profiles import load_profiles
 from repro.sglang_glue.test_hook import DrafterTestHook
 from repro.testmodels import SPREAD_COUNTS, fullsize
 from repro.testmodels.planted import greedy_continuation, served_logits

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from repro import cli, gpuinfo
+from repro import cli
 from repro.errors import UsageError
-from repro.topology import recommend
+from repro.serving.topology import recommend
+from repro.stack import gpuinfo
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "topology"
 

@@ -1,4 +1,4 @@
-"""Tests for `repro tune` and `repro.tuning` on synthetic recordings and bench results with known costs,
+"""Tests for `repro tune` and `repro.tuning.recommend` on synthetic recordings and bench results with known costs,
 plus the sweep against the fake SGLang server and the report's tuning section."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from repro.acceptance import read_recordings
 from repro.cli import main as cli
-from repro.costs import predict_tok_s
-from repro.tuning import analyze, pick_recording
-from repro.verdicts import FAIL, NOT_MEASURED, PASS
+from repro.evidence.verdicts import FAIL, NOT_MEASURED, PASS
+from repro.tuning.acceptance import read_recordings
+from repro.tuning.costs import predict_tok_s
+from repro.tuning.recommend import analyze, pick_recording
 from verify.fake_sglang import REPO, make_models, write_profiles
 from verify.tunedata import bench_records, linear_round_ms, write_recording
 
@@ -189,7 +189,7 @@ class TestSweep:
         write_profiles(tmp_path / "profiles.toml", {"p": {"algorithm": "AR", "budget": None, "drafter": None}})
         monkeypatch.chdir(tmp_path)
         monkeypatch.setenv("PYTHONPATH", str(REPO))
-        monkeypatch.setattr("repro.tune._bench", lambda args, out, extra, recording: None)
+        monkeypatch.setattr("repro.tuning.tune._bench", lambda args, out, extra, recording: None)
         assert cli(["tune", "p", "--profile-file", "profiles.toml", "-o", "out"]) == 1
         err = capsys.readouterr().err.strip()
         assert err == ("repro tune: out/p-recording.jsonl was not written: the DDTREE servers did not record "

@@ -1,4 +1,4 @@
-"""Tests for `repro.verdicts`: floors at the set's conditions and TP vs TP+EP pairing."""
+"""Tests for `repro.evidence.verdicts`: floors at the set's conditions and TP vs TP+EP pairing."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import dataclasses
 
 import pytest
 
-from repro.profiles import Profile, ThresholdSet
-from repro.results import summarize
-from repro.verdicts import FAIL, NOT_MEASURED, PASS, RECORDED, judge, tp_ep_points
+from repro.evidence.results import summarize
+from repro.evidence.verdicts import FAIL, NOT_MEASURED, PASS, RECORDED, judge, tp_ep_points
+from repro.serving.profiles import Profile, ThresholdSet
 from verify.benchdata import cell, request
 
 BASE = Profile(name="tp", model="m", target="sm90", tp=2, algorithm="DDTREE", thresholds="t",

@@ -1,5 +1,5 @@
 """CPU checks of verify/bench/verify_cost.py (its timings run on the GPU machine only) and of the
-figure it draws (repro.plots.verify_cost_vs_tokens)."""
+figure it draws (repro.evidence.plots.verify_cost_vs_tokens)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from repro import plots
+from repro.evidence import plots
 from repro.testmodels import fullsize
 from verify.bench import verify_cost
 

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from repro import cli, wheelhouse
-from repro.stack import parse_stack
+from repro import cli
+from repro.stack import wheelhouse
+from repro.stack.pins import parse_stack
 from verify.fake_stack import serve_set
 
 

@@ -9,23 +9,23 @@ import pytest
 import torch
 from hypothesis import given, settings
 
-from repro import goldenset
 from repro.ddtree import build_trees, build_trees_from_topk, emitted_tokens, topk_logprobs, verify_tensors, walk
 from repro.ddtree.commit import accepted_rows
+from repro.golden import cases
 from verify.strategies import logits_and_budget
 
 pytestmark = pytest.mark.gpu
 GOLDEN = Path(__file__).resolve().parents[2] / "golden"
-CASES = list(goldenset.iter_cases(GOLDEN))
+CASES = list(cases.iter_cases(GOLDEN))
 
 
 @pytest.mark.parametrize(("entry", "spec"), CASES, ids=[spec.name for _, spec in CASES])
 def test_golden_case_on_cuda(entry, spec):
     """Every golden case re-derives with the batched path on the GPU: trees, masks, pointers and
     walks bit-for-bit; scores to SCORE_ATOL (CUDA's logsumexp rounds differently from the CPU's)."""
-    inputs, stored = goldenset.load_case(GOLDEN, entry)
-    derived = goldenset.derive(inputs, spec.budget, "batched", "cuda")
-    assert goldenset.mismatches(stored, derived, score_atol=goldenset.SCORE_ATOL) == []
+    inputs, stored = cases.load_case(GOLDEN, entry)
+    derived = cases.derive(inputs, spec.budget, "batched", "cuda")
+    assert cases.mismatches(stored, derived, score_atol=cases.SCORE_ATOL) == []
 
 
 @settings(max_examples=300)
@@ -37,7 +37,7 @@ def test_cuda_equals_cpu(case):
     cpu, gpu = build_trees(x, budget, roots), build_trees(x.cuda(), budget, roots.cuda())
     for name in ("tokens", "parents", "depths", "num_nodes"):
         assert torch.equal(getattr(cpu, name), getattr(gpu, name).cpu()), name
-    assert torch.allclose(cpu.scores, gpu.scores.cpu(), rtol=0.0, atol=goldenset.SCORE_ATOL)
+    assert torch.allclose(cpu.scores, gpu.scores.cpu(), rtol=0.0, atol=cases.SCORE_ATOL)
     target = cpu.tokens.roll(-1, 1).clamp(min=0)
     assert torch.equal(walk(cpu, target).accept_index, walk(gpu, target.cuda()).accept_index.cpu())
 

@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from repro import goldenset
 from repro.ddtree import build_trees_from_topk, topk_logprobs, verify_tensors, walk
+from repro.golden import cases
 from repro.kernels.tree_build import MAX_BUDGET, build_trees_fused, build_trees_fused_flagged, verify_tensors_fused
 
 pytestmark = pytest.mark.gpu
 GOLDEN = Path(__file__).resolve().parents[2] / "golden"
-CASES = [(e, s) for e, s in goldenset.iter_cases(GOLDEN) if s.budget <= MAX_BUDGET]
+CASES = [(e, s) for e, s in cases.iter_cases(GOLDEN) if s.budget <= MAX_BUDGET]
 TREE = ("tokens", "parents", "depths", "scores", "num_nodes")
 VERIFY = ("input_ids", "positions", "ancestor_mask", "full_mask", "retrive_index", "retrive_next_token", "retrive_next_sibling")
 
@@ -22,12 +22,12 @@ VERIFY = ("input_ids", "positions", "ancestor_mask", "full_mask", "retrive_index
 @pytest.mark.parametrize(("entry", "spec"), CASES, ids=[s.name for _, s in CASES])
 def test_golden_case(entry, spec):
     """The fused kernels reproduce every stored tree and verify tensor of the golden set."""
-    inputs, stored = goldenset.load_case(GOLDEN, entry)
+    inputs, stored = cases.load_case(GOLDEN, entry)
     x = {k: v.cuda() for k, v in inputs.items()}
     tree = build_trees_fused(topk_logprobs(x["draft_logits"], max(1, min(spec.budget, spec.vocab))), spec.budget, x["roots"])
     for name in ("tokens", "parents", "depths", "num_nodes"):
         assert torch.equal(getattr(tree, name).cpu(), stored[name]), name
-    assert torch.allclose(tree.scores.cpu(), stored["scores"], rtol=0.0, atol=goldenset.SCORE_ATOL)  # CUDA lse rounding
+    assert torch.allclose(tree.scores.cpu(), stored["scores"], rtol=0.0, atol=cases.SCORE_ATOL)  # CUDA lse rounding
     vt = verify_tensors_fused(tree, x["prefix_lens"], int(inputs["prefix_lens"].sum()))
     names = {"ancestor_mask": "ancestor_mask", "full_mask": "full_mask", "retrive_index": "retrive_index",
              "retrive_next_token": "retrive_next_token", "retrive_next_sibling": "retrive_next_sibling"}

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from repro import goldenset
 from repro.ddtree import build_trees, verify_tensors, walk
+from repro.golden import cases
 from verify.sglang import harness
 from verify.sglang.test_ddtree_sampling import alpha, chi2_sf, chi_square
 
@@ -49,7 +49,7 @@ def _save(name: str, t: torch.Tensor, atol: float = 0.0) -> None:
 
     cap = "".join(map(str, torch.cuda.get_device_capability()))
     save_file(dict(_SAVED), str(harness.out_dir() / f"kernels-sm{cap}.safetensors"))
-    golden = goldenset.load_kernel_golden(GOLDEN, cap)
+    golden = cases.load_kernel_golden(GOLDEN, cap)
     if golden is not None:
         want = golden[name]
         assert want.shape == _SAVED[name].shape and want.dtype == _SAVED[name].dtype, name

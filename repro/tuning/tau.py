@@ -1,8 +1,8 @@
 """`repro tau RECORDING`: tau for every budget up to the recorded one, and the DFLASH chain's, from one run.
 
-Reads an acceptance recording (:mod:`repro.recording`; written by ``repro demo --record`` or a
+Reads an acceptance recording (:mod:`repro.tuning.recording`; written by ``repro demo --record`` or a
 server with ``$REPRO_DDTREE_RECORD`` set) and prints, per recording and prompt set, tau(B') for
-every B' <= B with a 95% interval over requests (:mod:`repro.acceptance`), then the chain's tau
+every B' <= B with a 95% interval over requests (:mod:`repro.tuning.acceptance`), then the chain's tau
 on the same drafter rows with the number of rounds it could only bound.
 """
 
@@ -13,9 +13,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from repro.acceptance import Recording, budget_taus, chain_estimate, prompt_sets, read_recordings
 from repro.errors import UsageError
-from repro.results import format_table
+from repro.evidence.results import format_table
+from repro.tuning.acceptance import Recording, budget_taus, chain_estimate, prompt_sets, read_recordings
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

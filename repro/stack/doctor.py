@@ -24,9 +24,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from repro import fatbin, gpuinfo
 from repro.errors import UsageError
-from repro.stack import (
+from repro.stack import fatbin, gpuinfo
+from repro.stack.pins import (
     REPO_ROOT,
     Stack,
     Target,

@@ -15,13 +15,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from repro import plots
 from repro.errors import UsageError
+from repro.evidence import plots
+from repro.evidence.results import HEADERS, format_table, read_records, results_files, summarize, table_rows
+from repro.evidence.verdicts import FAIL, judge, tp_ep_points
 from repro.files import write_atomic
-from repro.profiles import Profile, load_profiles, load_thresholds
-from repro.results import HEADERS, format_table, read_records, results_files, summarize, table_rows
-from repro.tuning import render as render_tune
-from repro.verdicts import FAIL, judge, tp_ep_points
+from repro.serving.profiles import Profile, load_profiles, load_thresholds
+from repro.tuning.recommend import render as render_tune
 
 PLOTS = {"speedup_vs_budget.png": "DDTree speedup over AR vs budget (DFLASH dashed)",
          "tau_histogram.png": "Per-request tau (tokens per verify round)",
@@ -95,7 +95,7 @@ def _fingerprints(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             seen.setdefault(json.dumps(entry, sort_keys=True, default=str), entry)
     if seen:
         return list(seen.values())
-    from repro.stack import fingerprint
+    from repro.stack.pins import fingerprint
 
     return [{"fingerprint": fingerprint(), "topology": None, "note": "the machine that wrote this "
              "report (no benchmark results carry one)"}]

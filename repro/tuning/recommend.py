@@ -18,16 +18,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from repro.acceptance import ChainEstimate, Estimate, Recording, budget_taus, chain_estimate, prompt_sets
-from repro.costs import CellCost, CostModel, cell_costs, predict_tok_s
 from repro.errors import UsageError
-from repro.results import format_table
-from repro.verdicts import FAIL, NOT_MEASURED, PASS, Verdict
+from repro.evidence.results import format_table
+from repro.evidence.verdicts import FAIL, NOT_MEASURED, PASS, Verdict
+from repro.tuning.acceptance import ChainEstimate, Estimate, Recording, budget_taus, chain_estimate, prompt_sets
+from repro.tuning.costs import CellCost, CostModel, cell_costs, predict_tok_s
 
 PREDICTION_TOLERANCE = 0.10  # issue 22: predicted tok/s within 10% of measured on held-out cells
 MIN_CHECK_CELLS = 3  # issue 22: at least three (B, c) cells not used to fit the costs
 RECOMMENDATION_TOLERANCE = 0.03  # issue 22: recommended budget within 3% of the best measured one
-SOURCE = "issue 22 acceptance (repro/tuning.py)"
+SOURCE = "issue 22 acceptance (repro/tuning/recommend.py)"
 
 
 def pick_recording(recordings: Sequence[Recording]) -> Recording:

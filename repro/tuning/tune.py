@@ -4,7 +4,7 @@ Without ``--results`` it first measures: ``repro bench PROFILE`` (AR, DFLASH, DD
 ``--budgets`` and ``--holdout``; or the server at ``--url``) in a child process, with
 ``$REPRO_DDTREE_RECORD`` set so the DDTREE servers record their acceptance. Then it predicts
 throughput for every budget and concurrency from tau(B) of the recording and the measured round
-costs (:mod:`repro.tuning`, :mod:`repro.costs`), recommends a budget per concurrency, says whether
+costs (:mod:`repro.tuning.recommend`, :mod:`repro.tuning.costs`), recommends a budget per concurrency, says whether
 DDTREE beats DFLASH, checks the predictions on the held-out budgets, prints the server arguments
 and appends a ``tune`` record to ``OUTPUT_DIR/tune.jsonl`` for `repro report`. ``--confirm`` also
 measures the recommended budgets that were not measured. Exit 1 when a check fails.
@@ -20,14 +20,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from repro.acceptance import read_recordings
 from repro.errors import ReproError, UsageError
-from repro.profiles import Profile, load_profiles, models_dir
-from repro.recording import PROMPTS_ENV, RECORD_ENV
-from repro.results import ResultsWriter, load_records
-from repro.sglang_server import server_argv
-from repro.tuning import analyze, pick_recording, render
-from repro.verdicts import FAIL
+from repro.evidence.results import ResultsWriter, load_records
+from repro.evidence.verdicts import FAIL
+from repro.serving.profiles import Profile, load_profiles, models_dir
+from repro.serving.sglang_server import server_argv
+from repro.tuning.acceptance import read_recordings
+from repro.tuning.recommend import analyze, pick_recording, render
+from repro.tuning.recording import PROMPTS_ENV, RECORD_ENV
 
 
 def _ints(text: str) -> list[int]:

@@ -16,9 +16,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from repro import gpuinfo
 from repro.errors import ReproError, UsageError
 from repro.files import read_text
+from repro.stack import gpuinfo
 
 _NVLINK = re.compile(r"^NV\d+$")
 SEED_PCIE = ("the seed measured EP8 ~65 tok/s vs TP8 ~26 tok/s for one request on 8x RTX PRO 6000 "

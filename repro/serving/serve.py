@@ -15,8 +15,8 @@ from pathlib import Path
 
 from repro.argtypes import NONNEGATIVE_INT, PORT, SECONDS
 from repro.errors import UsageError
-from repro.profiles import get_profile, models_dir
-from repro.sglang_server import SGLangServer, server_argv, sigterm_as_interrupt
+from repro.serving.profiles import get_profile, models_dir
+from repro.serving.sglang_server import SGLangServer, server_argv, sigterm_as_interrupt
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -18,7 +18,7 @@ then one line per request and round::
 
 ``step`` counts the recorder's rounds (0, 1, ...); a request's own rounds are its lines in step
 order. ``digest`` is the sha256 of the canonical JSON of ``{"stack": ..., "config": ...}`` (the
-stack fingerprint of :func:`repro.stack.fingerprint` and the engine's configuration), so
+stack fingerprint of :func:`repro.stack.pins.fingerprint` and the engine's configuration), so
 recordings of one deployment compare equal. ``rank0`` and ``chain`` are the
 :class:`repro.ddtree.ChainFields` (absent when the engine does not pass them). ``prompts`` is
 the part of the request id before its first ``/`` when there is one, else the header's.
@@ -79,7 +79,7 @@ class Recorder:
                  config: dict[str, Any] | None = None, prompts: str = NO_PROMPTS, source: str = "",
                  stack: dict[str, Any] | None = None, max_pending: int = 256) -> None:
         if stack is None:
-            from repro.stack import fingerprint
+            from repro.stack.pins import fingerprint
 
             stack = fingerprint()
         config = dict(config or {})

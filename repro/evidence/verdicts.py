@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from repro.profiles import Profile, ThresholdSet
-from repro.results import CellSummary, label_order
+from repro.evidence.results import CellSummary, label_order
+from repro.serving.profiles import Profile, ThresholdSet
 
 PASS, FAIL, NOT_MEASURED, RECORDED = "pass", "fail", "not measured", "recorded"
 

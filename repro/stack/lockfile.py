@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from repro.files import read_text
-from repro.stack import REPO_ROOT
+from repro.stack.pins import REPO_ROOT
 
 UV_LOCK = REPO_ROOT / "uv.lock"
 

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from repro.results import Cell, summarize
+from repro.evidence.results import Cell, summarize
 
 
 @dataclass(frozen=True)

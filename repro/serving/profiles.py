@@ -26,14 +26,14 @@ from typing import Any
 
 from repro.errors import UsageError
 from repro.files import check_name, is_finite_number, read_toml
-from repro.stack import Target, load_stack
+from repro.stack.pins import Target, load_stack
 
 ALGORITHMS = ("AR", "DFLASH", "DDTREE")
 INTERCONNECTS = ("nvlink", "pcie", "mixed", "single")
 TOKENIZERS = ("model", "none")
 MOE_A2A_BACKENDS = ("none", "deepep", "mooncake", "nixl", "mori", "flashinfer", "megamoe")
 # Server arguments a profile sets through its own keys (flag -> key; "" for --host, which is always
-# 127.0.0.1), never through its `sglang` table: every flag repro.sglang_server.server_argv writes,
+# 127.0.0.1), never through its `sglang` table: every flag repro.serving.sglang_server.server_argv writes,
 # with SGLang 0.5.17's aliases of them.
 OWNED_SERVER_ARGS = {
     "model-path": "model", "model": "model", "speculative-draft-model-path": "drafter",

@@ -13,9 +13,9 @@ import importlib.metadata
 import json
 from pathlib import Path
 
-from repro import fatbin
 from repro.errors import ReproError, UsageError
-from repro.stack import Stack, Target, format_capability, load_stack
+from repro.stack import fatbin
+from repro.stack.pins import Stack, Target, format_capability, load_stack
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

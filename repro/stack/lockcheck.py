@@ -2,7 +2,7 @@
 
 Each ``*_problems`` function takes parsed files and returns one line per problem (empty when
 consistent): ``flake.lock`` against the inputs ``flake.nix`` declares, ``uv.lock`` and the ``gpu``
-extra against the pinned stack (:mod:`repro.stack`), and each evaluated devShell's environment
+extra against the pinned stack (:mod:`repro.stack.pins`), and each evaluated devShell's environment
 against its target. Reading the files and running ``nix`` is the caller's business (``verify/cpu``).
 """
 
@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from repro.stack import Stack, Target, format_capability
+from repro.stack.pins import Stack, Target, format_capability
 
 GPU_EXTRA = "gpu"  # the pyproject.toml extra that is the pinned stack
 # The only host driver libraries a shell links into its private directory (never all of /usr/lib).

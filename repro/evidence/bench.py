@@ -4,7 +4,7 @@ For each profile and algorithm (and each DDTREE budget) one server is started fr
 warmed up, and driven by closed-loop clients at every concurrency and temperature; each finished
 request is appended to the results JSONL and fsynced. ``--resume`` skips what the file already
 holds, so a crash, a dead server or ``--time-limit`` costs nothing but a rerun; it refuses a file
-whose cells were measured with another server command, models or prompts (``repro.runconfig``).
+whose cells were measured with another server command, models or prompts (``repro.evidence.runconfig``).
 ``--url`` measures a server that is already running instead (its algorithm is read from
 ``/server_info``). Every input is checked before the results file is touched.
 """
@@ -21,12 +21,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from repro import gpuinfo, runconfig
 from repro.argtypes import NONNEGATIVE_INT, PORT, POSITIVE_INT, SECONDS, comma_list, number
 from repro.errors import ReproError, UsageError
-from repro.profiles import ALGORITHMS, Profile, load_profiles, model_path, models_dir
-from repro.prompts import PromptSet, load_prompts, request_input, vocab_size
-from repro.results import (
+from repro.evidence import runconfig
+from repro.evidence.prompts import PromptSet, load_prompts, request_input, vocab_size
+from repro.evidence.results import (
     HEADERS,
     Cell,
     ResultsWriter,
@@ -37,9 +36,11 @@ from repro.results import (
     summarize,
     table_rows,
 )
-from repro.sglang_client import Client, parse_url
-from repro.sglang_server import SGLangServer, check_models, free_port, sigterm_as_interrupt
-from repro.stack import fingerprint
+from repro.serving.profiles import ALGORITHMS, Profile, load_profiles, model_path, models_dir
+from repro.serving.sglang_client import Client, parse_url
+from repro.serving.sglang_server import SGLangServer, check_models, free_port, sigterm_as_interrupt
+from repro.stack import gpuinfo
+from repro.stack.pins import fingerprint
 
 INCOMPLETE = 3  # exit code: stopped at --time-limit; rerun with --resume
 
@@ -112,7 +113,7 @@ def _check(args: argparse.Namespace) -> None:
 @dataclass(frozen=True)
 class Job:
     """One server's work: the profile as served, its cells, the request inputs per prompt, the
-    digests of what it runs (``repro.runconfig``) and, for ``--url``, the server's info."""
+    digests of what it runs (``repro.evidence.runconfig``) and, for ``--url``, the server's info."""
 
     profile: Profile
     cells: list[Cell]

@@ -21,10 +21,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from repro import gpuinfo
+from repro.stack import gpuinfo
 
-STACK_TOML = Path(__file__).parent / "data" / "stack.toml"
-REPO_ROOT = Path(__file__).resolve().parents[1]
+STACK_TOML = Path(__file__).parents[1] / "data" / "stack.toml"
+REPO_ROOT = Path(__file__).resolve().parents[2]
 _NON_PACKAGE_KEYS = ("python", "cuda", "min-driver")
 _CAPABILITY = re.compile(r"^(\d+)\.(\d+)$")
 _CUBIN_ARCH = re.compile(r"^sm_(\d+)(\d)([af]?)$")
@@ -130,7 +130,7 @@ def _target(name: str, table: dict[str, Any]) -> Target:
         draft_attention_backend=_get(table, "draft-attention-backend", str, where),
         sgl_kernel_libs=tuple(_get(table, "sgl-kernel-libs", list, where)),
     )
-    # the arch lists' agreement with the capabilities is checked by repro.lockcheck.target_problems
+    # the arch lists' agreement with the capabilities is checked by repro.stack.lockcheck.target_problems
     for arch in target.cubin_archs:
         if not _CUBIN_ARCH.match(arch):
             msg = f"{where}.cubin-archs entries must look like 'sm_90a' (got {arch!r})"

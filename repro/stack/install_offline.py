@@ -24,10 +24,10 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from repro import offline
 from repro.errors import ReproError, UsageError
 from repro.files import check_inside
-from repro.lockfile import UV_LOCK, load_lock, normalize
+from repro.stack import offline
+from repro.stack.lockfile import UV_LOCK, load_lock, normalize
 
 _DIST_INFO = re.compile(r"^(?P<name>.+)-(?P<version>[^-]+)\.dist-info$")
 

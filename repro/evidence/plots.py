@@ -11,9 +11,9 @@ import math
 from pathlib import Path
 from typing import Any
 
+from repro.evidence.results import CellSummary, label_order
+from repro.evidence.verdicts import TpEpPoint
 from repro.files import atomic_output
-from repro.results import CellSummary, label_order
-from repro.verdicts import TpEpPoint
 
 
 def _pyplot() -> Any:

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from repro.errors import UsageError
-from repro.profiles import Profile, model_path
-from repro.results import Cell
-from repro.sglang_server import server_argv
+from repro.evidence.results import Cell
+from repro.serving.profiles import Profile, model_path
+from repro.serving.sglang_server import server_argv
 
 PARTS = {"command": "server command", "models": "model set", "prompts": "prompt set"}
 # /server_info settings that decide what a --url server measures (host, port and the live

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any, Self
 
 from repro.errors import ReproError, UsageError
-from repro.profiles import Profile, model_path, reserved_flag
-from repro.sglang_client import Client
+from repro.serving.profiles import Profile, model_path, reserved_flag
+from repro.serving.sglang_client import Client
 
 HOST = "127.0.0.1"
 TAIL_LINES = 25
@@ -49,7 +49,7 @@ def server_argv(profile: Profile, port: int, models_root: Path,
     if profile.moe_a2a_backend != "none":
         argv += ["--moe-a2a-backend", profile.moe_a2a_backend]
     if profile.algorithm != "AR":
-        assert profile.drafter, "validated by repro.profiles"
+        assert profile.drafter, "validated by repro.serving.profiles"
         argv += ["--speculative-algorithm", profile.algorithm,
                  "--speculative-draft-model-path", str(model_path(profile.drafter, models_root)),
                  "--speculative-draft-attention-backend", profile.draft_attention_backend]
@@ -71,7 +71,7 @@ def server_argv(profile: Profile, port: int, models_root: Path,
 
 def _profile_flags(profile: Profile) -> list[str]:
     """The profile's ``sglang`` table as flags; an owned or network flag is refused (on load by
-    repro.profiles, and here again for a profile built in code)."""
+    repro.serving.profiles, and here again for a profile built in code)."""
     argv: list[str] = []
     for key, value in profile.sglang.items():
         if reserved_flag(key):

@@ -19,13 +19,13 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from repro import offline
 from repro.argtypes import number
 from repro.errors import ReproError, UsageError
-from repro.lockfile import UV_LOCK, LockedPackage, LockedWheel, load_lock, normalize
-from repro.stack import Stack, Target, load_stack
+from repro.stack import offline
+from repro.stack.lockfile import UV_LOCK, LockedPackage, LockedWheel, load_lock, normalize
+from repro.stack.pins import Stack, Target, load_stack
 
-STUBS_DIR = Path(__file__).parent / "data" / "stubs"
+STUBS_DIR = Path(__file__).parents[1] / "data" / "stubs"
 STUBS_ARCHIVE = "serve-stubs.tar.xz"
 MIB = 1 << 20
 

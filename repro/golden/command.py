@@ -10,7 +10,7 @@ from pathlib import Path
 from repro.errors import UsageError
 from repro.files import write_atomic
 
-DEFAULT_DIR = Path(__file__).resolve().parent.parent / "golden"
+DEFAULT_DIR = Path(__file__).resolve().parents[2] / "golden"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,30 +48,30 @@ def _device(name: str) -> str:
 
 
 def _regen(args: argparse.Namespace) -> int:
-    from repro import goldenset
-    from repro.stack import fingerprint
+    from repro.golden import cases
+    from repro.stack.pins import fingerprint
 
-    specs = goldenset.case_specs()
+    specs = cases.case_specs()
     known = {s.name for s in specs}
     unknown = sorted(set(args.only) - known)
     if unknown:
         msg = f"--only names unknown cases {unknown} (known: {len(known)} cases, see golden/manifest.json)"
         raise UsageError(msg)
     args.dir.mkdir(parents=True, exist_ok=True)
-    manifest_path = args.dir / goldenset.MANIFEST
-    old = goldenset.load_manifest(args.dir) if manifest_path.exists() else {"cases": []}
+    manifest_path = args.dir / cases.MANIFEST
+    old = cases.load_manifest(args.dir) if manifest_path.exists() else {"cases": []}
     entries = {e["name"]: e for e in old["cases"]}
     chosen = [s for s in specs if not args.only or s.name in args.only]
     for i, spec in enumerate(chosen, 1):
-        entry = goldenset.write_case(args.dir, spec)
+        entry = cases.write_case(args.dir, spec)
         changed = entries.get(spec.name, {}).get("sha256") != entry["sha256"]
         entries[spec.name] = entry
         print(f"[{i}/{len(chosen)}] {spec.name}: {'changed' if changed else 'unchanged'}", flush=True)
     ours = [entries[s.name] for s in specs if s.name in entries]
-    others = [e for e in entries.values() if e.get("kind") != goldenset.KIND]
+    others = [e for e in entries.values() if e.get("kind") != cases.KIND]
     manifest = {
         "format": 1,
-        "regenerate": goldenset.REGEN_COMMAND,
+        "regenerate": cases.REGEN_COMMAND,
         "fingerprint": fingerprint(),
         "cases": ours + others,
     }
@@ -82,12 +82,12 @@ def _regen(args: argparse.Namespace) -> int:
 
 def _check_kernel_hashes(golden_dir: Path) -> int:
     """Hash-check the SGLang kernel goldens (their outputs are re-derived on a GPU); failures."""
-    from repro import goldenset
+    from repro.golden import cases
 
     failures = 0
-    for entry in goldenset.kernel_entries(golden_dir):
+    for entry in cases.kernel_entries(golden_dir):
         path = golden_dir / entry["file"]
-        if not path.is_file() or goldenset.sha256(path) != entry["sha256"]:
+        if not path.is_file() or cases.sha256(path) != entry["sha256"]:
             print(f"FAIL {entry['name']}: {'missing' if not path.is_file() else 'sha256 differs'} ({entry['file']})")
             failures += 1
         else:
@@ -96,16 +96,16 @@ def _check_kernel_hashes(golden_dir: Path) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from repro import goldenset
+    from repro.golden import cases
 
-    if not (args.dir / goldenset.MANIFEST).exists():
-        msg = f"no {goldenset.MANIFEST} in {args.dir} (run `repro golden regen` to create the set)"
+    if not (args.dir / cases.MANIFEST).exists():
+        msg = f"no {cases.MANIFEST} in {args.dir} (run `repro golden regen` to create the set)"
         raise UsageError(msg)
     device = _device(args.device)
-    cases = list(goldenset.iter_cases(args.dir))
+    stored_cases = list(cases.iter_cases(args.dir))
     failures, count = 0, 0
     t0 = time.perf_counter()
-    for entry, spec in cases:
+    for entry, spec in stored_cases:
         if args.only and spec.name not in args.only:
             continue
         count += 1
@@ -114,14 +114,14 @@ def _check(args: argparse.Namespace) -> int:
             print(f"FAIL {spec.name}: missing file {entry['file']}")
             failures += 1
             continue
-        if goldenset.sha256(path) != entry["sha256"]:
+        if cases.sha256(path) != entry["sha256"]:
             print(f"FAIL {spec.name}: sha256 differs from the manifest")
             failures += 1
             continue
         try:
-            inputs, stored = goldenset.load_case(args.dir, entry)
-            bad = {p: goldenset.mismatches(stored, goldenset.derive(inputs, spec.budget, p, device),
-                                           score_atol=goldenset.SCORE_ATOL)
+            inputs, stored = cases.load_case(args.dir, entry)
+            bad = {p: cases.mismatches(stored, cases.derive(inputs, spec.budget, p, device),
+                                       score_atol=cases.SCORE_ATOL)
                    for p in ("batched", "reference")}
         except ValueError as exc:  # a file that matches its hash but is no golden case
             print(f"FAIL {spec.name}: {exc}")
@@ -131,9 +131,9 @@ def _check(args: argparse.Namespace) -> int:
             print(f"FAIL {spec.name}: " + "; ".join(f"{p} differs on {b}" for p, b in bad.items() if b))
             failures += 1
         else:
-            print(f"ok   {goldenset.summarize(spec, stored)}")
+            print(f"ok   {cases.summarize(spec, stored)}")
     if count == 0:
-        msg = f"no DDTree cases matched in {args.dir / goldenset.MANIFEST}"
+        msg = f"no DDTree cases matched in {args.dir / cases.MANIFEST}"
         raise UsageError(msg)
     failures += 0 if args.only else _check_kernel_hashes(args.dir)
     print(f"{count - failures}/{count} golden cases ok ({time.perf_counter() - t0:.1f} s, batched on {args.device})")

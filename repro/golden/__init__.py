@@ -1,0 +1,2 @@
+"""The golden set under ``golden/``: its seeded cases and manifest, checked or rebuilt by
+``repro golden check|regen``."""
