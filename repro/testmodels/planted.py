@@ -113,7 +113,7 @@ def write_hook(
     ``profile`` names a profile of repro/data/drafter_profiles.toml; the file then carries its
     table inline (it reads the same wherever it is loaded) instead of ``rank_probs``.
     """
-    from repro.sglang_glue.test_hook import named_profile
+    from repro.sglang_glue.hook_profiles import named_profile
 
     rows = {"rank_probs": list(rank_probs)} if profile is None else {"profile": named_profile(profile)}
     spec = {"successor": successor_table(planted["ranked"], planted["vocab_size"]), **rows, "seed": seed}

@@ -32,7 +32,8 @@ from typing import Any
 import torch
 
 from repro.ddtree import build_trees, walk
-from repro.sglang_glue.test_hook import PROFILES_PATH, DrafterTestHook, load_profiles
+from repro.sglang_glue.hook_profiles import PROFILES_PATH, load_profiles
+from repro.sglang_glue.test_hook import DrafterTestHook
 
 VOCAB = 48
 """The simulation's vocabulary: ranks (32) + 2 at least; τ is the same at any larger V."""

@@ -17,7 +17,8 @@ import pytest
 import torch
 from scipy.stats import chi2
 
-from repro.sglang_glue.test_hook import DrafterTestHook, compile_profile, load_profiles, named_profile
+from repro.sglang_glue.hook_profiles import compile_profile, load_profiles, named_profile
+from repro.sglang_glue.test_hook import DrafterTestHook
 from repro.testmodels.planted import write_hook
 from verify.bench import fit_hook_profile as fit
 
@@ -311,7 +312,8 @@ INTERPRETED = r"""
 import sys, torch
 from verify.kernel_cases import _fix_interpreter_for_numpy_2_4
 _fix_interpreter_for_numpy_2_4()
-from repro.sglang_glue.test_hook import DrafterTestHook, named_profile
+from repro.sglang_glue.hook_profiles import named_profile
+from repro.sglang_glue.test_hook import DrafterTestHook
 one_level = {"kind": "calibrated", "ranks": 8, "spread": 0.25, "gap": 3.0, "slope": 1.0, "stay": 0.0,
              "miss_off": 0.5, "levels": [{"choices": 2, "weight": 1.0, "miss": 0.1}]}
 cases = 0

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from repro.sglang_glue.test_hook import DrafterTestHook, named_profile
+from repro.sglang_glue.hook_profiles import named_profile
+from repro.sglang_glue.test_hook import DrafterTestHook
 
 pytestmark = pytest.mark.gpu
 PROFILES = ["default", "paper-qwen3-8b-math500", "kimi-k2.5-dflash-gsm8k"]
