@@ -175,9 +175,14 @@ class DraftTail:
         id_offset: int = 0,
         all_gather: AllGather | None = None,
         out: DraftBuffers | None = None,
+        rank0_out: torch.Tensor | None = None,
     ) -> Drafted:
-        """The whole tail: ``roots`` [bs] are the bonus tokens, ``prefix_lens`` [bs] committed lengths."""
+        """The whole tail: ``roots`` [bs] are the bonus tokens, ``prefix_lens`` [bs] committed lengths;
+        ``rank0_out`` [>= bs, L] int64, when given, receives each depth's rank-0 token (what an
+        acceptance recording needs for the DFLASH chain, ``repro.tuning.recording``)."""
         top = self.topk(logits, id_offset=id_offset, all_gather=all_gather)
+        if rank0_out is not None:
+            rank0_out[: top.ids.shape[0]].copy_(top.ids[..., 0])
         tree = self.tree(top, roots, None if out is None else out.tree)
         ids, pos = self.inputs(tree, prefix_lens, mask_out, out)
         return Drafted(tree, ids, pos, mask_out)

@@ -71,6 +71,18 @@ class TestDraftTail:
         assert got.tree.tokens.data_ptr() == bufs.tree.tokens.data_ptr()
         assert got.input_ids.data_ptr() == bufs.input_ids.data_ptr()
         assert torch.equal(got.tree.tokens, ref.tree.tokens) and torch.equal(got.positions, ref.positions)
+        again = bufs.drafted(2, mask)
+        assert again is bufs.drafted(2, mask)  # the views are made once per batch size
+        assert torch.equal(again.tree.tokens, ref.tree.tokens) and torch.equal(again.input_ids, ref.input_ids)
+
+    def test_rank0_out_receives_each_depths_argmax(self, monkeypatch):
+        """``rank0_out`` gets the drafter's rank-0 token per depth (what a recording's chain needs)."""
+        monkeypatch.setenv(KERNELS_ENV, "torch")
+        x = torch.randn(3, 4, 30, generator=torch.Generator().manual_seed(2))
+        rank0 = torch.full((5, 4), -1, dtype=torch.int64)
+        DraftTail(8, 4, 30)(x, torch.tensor([1, 2, 3]), torch.tensor([3, 5, 7]), torch.zeros(2000, dtype=torch.uint8),
+                            rank0_out=rank0)
+        assert torch.equal(rank0[:3], x.argmax(-1)) and bool((rank0[3:] == -1).all())
 
     @given(st.integers(1, 3), st.integers(1, 5), st.integers(2, 40), st.integers(1, 4), st.integers(1, 50),
            st.integers(0, 9999))
