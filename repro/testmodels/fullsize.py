@@ -54,6 +54,7 @@ class FullSizeModel:
     seed: int
     router_seed: int
     sources: dict
+    hook_profile: str | None = None  # the drafter test hook's profile (repro/data/drafter_profiles.toml)
 
     @property
     def drafter_name(self) -> str:
@@ -69,7 +70,7 @@ def load_model(name: str) -> FullSizeModel:
     return FullSizeModel(name=name, description=data["description"], target=data["target"],
                          drafter=data["drafter"], reference=data.get("reference", {}), budget=budget,
                          seed=int(data["plant"]["seed"]), router_seed=int(data["plant"].get("router-seed", 0)),
-                         sources=data.get("sources", {}))
+                         sources=data.get("sources", {}), hook_profile=data["plant"].get("hook-profile"))
 
 
 def _gqa_layer(cfg: dict) -> int:
@@ -182,7 +183,7 @@ def write_model(out: Path, model: FullSizeModel) -> dict:
     write_config(out / model.name, cfg)
     write_config(out / model.drafter_name, model.drafter)
     (out / model.name / "planted.json").write_text(json.dumps(info) + "\n")
-    write_hook(out / model.name / "hook.json", info, seed=model.seed)
+    write_hook(out / model.name / "hook.json", info, seed=model.seed, profile=model.hook_profile)
     return info
 
 

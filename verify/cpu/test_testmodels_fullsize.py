@@ -179,3 +179,13 @@ class TestWrite:
         info = json.loads((out / "planted.json").read_text())
         hook = DrafterTestHook.from_file(out / "hook.json", horizon=3, vocab_size=KIMI.target["vocab_size"], device="cpu")
         assert hook.correct_tokens(torch.tensor([9000]))[0].tolist() == greedy_continuation(info, 9000, 3)
+
+    @pytest.mark.parametrize(("model", "profile"), [(QWEN, "paper-qwen3-8b-math500"), (KIMI, "kimi-k2.5-dflash-gsm8k")],
+                             ids=["qwen3-8b", "k26-tp8"])
+    def test_hook_file_carries_the_calibrated_profile(self, written, model, profile):
+        """Each full-size hook.json is the calibrated profile fitted to that model's published drafter."""
+        assert model.hook_profile == profile
+        path = written[0] / model.name / "hook.json"
+        assert json.loads(path.read_text())["profile"]["name"] == profile
+        hook = DrafterTestHook.from_file(path, horizon=3, vocab_size=model.target["vocab_size"], device="cpu")
+        assert hook.profile == profile and hook.tables.levels > 1  # calibrated: several levels, not the fixed ranks
