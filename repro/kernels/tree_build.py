@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from repro.ddtree.tree import _check_code_room, _check_topk, _pairs, _pairs_host, _root_column, _root_only
+from repro.ddtree.tree import check_code_room, check_topk, child_pairs, child_pairs_host, root_column, root_only_tree
 from repro.ddtree.types import DraftTree, TopK, VerifyTensors
 
 MAX_BUDGET = 256
@@ -60,14 +60,14 @@ def _tables(budget: int, kb: int, device: torch.device) -> tuple[torch.Tensor, t
     """int32 (parent slot, rank) pairs for every depth (parents < B), cached per device."""
     key = (budget, kb, str(device))
     if key not in _TABLES:
-        slot, rank = _pairs(budget, kb, budget, device)
+        slot, rank = child_pairs(budget, kb, budget, device)
         _TABLES[key] = (slot.to(torch.int32), rank.to(torch.int32))
     return _TABLES[key]
 
 
 def _pairs_host_for(budget: int) -> torch.Tensor:
     """The largest pair table a budget can need (K = B): sizes the candidate sort."""
-    return _pairs_host(budget, budget, budget)[0]
+    return child_pairs_host(budget, budget, budget)[0]
 
 
 @cache
@@ -138,25 +138,26 @@ def build_trees_fused(
     ``out`` (a tree of preallocated tensors with room for ``bs`` requests, budget >= 1) receives
     the tree; views of its first ``bs`` rows are returned.
     """
-    return build_trees_fused_flagged(topk, budget, root_tokens, num_warps, out)[0]
+    return _build_trees_fused_flagged(topk, budget, root_tokens, num_warps, out)[0]
 
 
-def build_trees_fused_flagged(
+def _build_trees_fused_flagged(
     topk: TopK, budget: int, root_tokens: torch.Tensor | None = None, num_warps: int = 8,
     out: DraftTree | None = None,
 ) -> tuple[DraftTree, torch.Tensor | None]:
     """``build_trees_fused`` and which requests the frontier kernel built (``[bs]`` int32,
-    non-zero: flagged; None when only the frontier kernel ran, budget 0 or V < B)."""
-    bs, horizon, kb = _check_topk(topk, budget)
+    non-zero: flagged; None when only the frontier kernel ran, budget 0 or V < B). Tests and
+    ``verify/bench/bench_tree.py`` read the flags to see which kernel built a tree."""
+    bs, horizon, kb = check_topk(topk, budget)
     kt = topk.ids.shape[-1]
     if budget > MAX_BUDGET:
         msg = f"build_trees_fused takes budget <= {MAX_BUDGET} (got {budget}); use build_trees_from_topk"
         raise ValueError(msg)
     dev = topk.ids.device
-    roots = _root_column(root_tokens, bs, dev)
+    roots = root_column(root_tokens, bs, dev)
     if budget == 0:
-        return _root_only(roots, horizon, has_root=root_tokens is not None), None
-    _check_code_room(horizon, budget)
+        return root_only_tree(roots, horizon, has_root=root_tokens is not None), None
+    check_code_room(horizon, budget)
     depth = min(horizon, budget)
     slot, rank = _tables(budget, kb, dev)
     n_pairs = slot.numel()
