@@ -247,9 +247,11 @@ def prepare(
     outputs from the current contents of ``x``. Benchmarks use it to time the kernels separately.
     """
     _check_args(x, k, id_offset)
-    from repro.kernels import _topk_lse_triton as kern
+    from repro.kernels._common_triton import INTERPRET
+    from repro.kernels._topk_select_triton import gather_kernel, select_kernel, threshold_kernel
+    from repro.kernels._topk_stream_triton import stream_kernel
 
-    if x.device.type != "cuda" and not kern.INTERPRET:
+    if x.device.type != "cuda" and not INTERPRET:
         msg = (
             f"topk_lse: x must be a CUDA tensor (got device {x.device}; "
             "CPU runs only under TRITON_INTERPRET=1)"
@@ -277,22 +279,22 @@ def prepare(
 
     def launch_stream() -> None:
         if p.rows:
-            kern.stream_kernel[(p.rows, p.splits)](
+            stream_kernel[(p.rows, p.splits)](
                 x2, x2.stride(0), vocab, p.groups, p.chunk, p.splits, gkeys, parts,
                 TG=p.tile // p.group, G=p.group, STAGES=cfg.stream_stages, PAIRS=pairs, num_warps=p.stream_warps,
             )
 
     state = torch.empty((p.rows, 4), dtype=torch.int32, device=dev) if p.split_select else None
-    dependent = {} if kern.INTERPRET else {"launch_pdl": True}  # may start while the kernel before it drains
+    dependent = {} if INTERPRET else {"launch_pdl": True}  # may start while the kernel before it drains
 
     def launch_split_select() -> None:
         if p.rows:
-            kern.threshold_kernel[(p.rows,)](
+            threshold_kernel[(p.rows,)](
                 p.groups, p.splits, k, gkeys, parts, gidx, state, lse,
                 MB=p.scan_block, MT=p.scan_tail, R=p.super_keys, CAP=p.cap, P=p.search_pivots, SP=p.lse_block,
                 num_warps=p.select_warps, **dependent,
             )
-            kern.gather_kernel[(p.rows, -(-p.cap // p.gather_groups))](
+            gather_kernel[(p.rows, -(-p.cap // p.gather_groups))](
                 x2, x2.stride(0), vocab, k, id_offset, gidx, state, cand, logits, ids,
                 G=p.group, GT=p.gather_groups, K_P=p.k_pow2, CAP=p.cap, PAIRS=pairs, KEY32=key32,
                 num_warps=p.select_warps,
@@ -303,7 +305,7 @@ def prepare(
         if p.split_select:
             launch_split_select()
         elif p.rows:
-            kern.select_kernel[(p.rows,)](
+            select_kernel[(p.rows,)](
                 x2, x2.stride(0), vocab, p.groups, p.splits, k, id_offset,
                 gkeys, parts, gidx, cand, logits, ids, lse, **select_consts, PAIRS=pairs, KEY32=key32,
                 num_warps=p.select_warps,

@@ -5,7 +5,7 @@
 order), in two launches with no host synchronisation (capturable in a CUDA graph at fixed
 (bs, B)):
 
-1. ``enum_kernel`` enumerates, depth by depth, every node scoring above a floor that stays below
+1. ``enum_kernel`` (``_tree_enum_triton``) enumerates, depth by depth, every node scoring above a floor that stays below
    the B-th best score found so far (a running histogram of the kept scores gives it), with no
    per-depth sort: a parent's kept children are a prefix of its ranks, found by binary search.
    The few finalists are sorted once. A depth of at most ``NARROW`` parents and children (a
@@ -13,15 +13,19 @@ order), in two launches with no host synchronisation (capturable in a CUDA graph
    floor is re-read only after B / 8 new nodes (a stale floor is lower: still exact). It needs
    K = B ranks per depth (V >= B); a request whose kept set outgrows its buffers (tie-heavy rows)
    is flagged instead.
-2. ``tree_kernel`` builds the flagged requests (every request when V < B) by the per-depth
+2. ``tree_kernel`` (``_tree_frontier_triton``) builds the flagged requests (every request when V < B) by the per-depth
    frontier algorithm of ``repro/ddtree/tree.py``: each depth's best candidates are sorted and
    merged into the best ``B`` so far; candidates below that (less a rounding margin) are dropped.
    Its programs for unflagged requests return at once.
 
+The trees' verify inputs come from one launch each: ``verify_tensors_fused`` (every verify
+tensor, ``_verify_tensors_triton``) and ``tree_inputs_fused`` (a serving verify's input ids,
+positions and mask blocks, ``_tree_inputs_triton``).
+
 Triton is imported on the first call; ``TRITON_INTERPRET=1`` runs it on CPU.
 
 Sorting uses a bitonic network over (score desc, rank-tuple code asc) pairs carrying a payload
-index; candidate sets are padded to powers of two with entries that sort last.
+index (``_common_triton``); candidate sets are padded to powers of two with entries that sort last.
 """
 
 from __future__ import annotations
@@ -72,14 +76,14 @@ def _pairs_host_for(budget: int) -> torch.Tensor:
 
 @cache
 def _kernel() -> Any:
-    from repro.kernels._tree_build_triton import tree_kernel
+    from repro.kernels._tree_frontier_triton import tree_kernel
 
     return tree_kernel
 
 
 @cache
 def _verify_kernel() -> Any:
-    from repro.kernels._tree_build_triton import verify_kernel
+    from repro.kernels._verify_tensors_triton import verify_kernel
 
     return verify_kernel
 
@@ -100,7 +104,7 @@ def tree_kernel_constants(budget: int, horizon: int) -> dict[str, int]:
 
 @cache
 def _enum_kernel() -> Any:
-    from repro.kernels._tree_build_triton import enum_kernel
+    from repro.kernels._tree_enum_triton import enum_kernel
 
     return enum_kernel
 
