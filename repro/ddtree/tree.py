@@ -55,8 +55,10 @@ def build_trees(
     return build_trees_from_topk(topk, budget, root_tokens)
 
 
-def _check_topk(topk: TopK, budget: int) -> tuple[int, int, int]:
-    """Validate ``budget`` against ``topk``; return (bs, horizon, ranks used per depth)."""
+def check_topk(topk: TopK, budget: int) -> tuple[int, int, int]:
+    """Validate ``budget`` against ``topk``; return (bs, horizon, ranks used per depth).
+
+    Shared with the fused builder (``repro.kernels.tree_build``), which takes the same inputs."""
     check_budget(budget)
     bs, horizon, k = topk.ids.shape
     kb = min(budget, topk.vocab_size)
@@ -70,13 +72,13 @@ def build_trees_from_topk(
     topk: TopK, budget: int, root_tokens: torch.Tensor | None = None
 ) -> DraftTree:
     """Build the trees from per-depth top-K (needs K >= min(budget, V))."""
-    bs, horizon, kb = _check_topk(topk, budget)
+    bs, horizon, kb = check_topk(topk, budget)
     k = topk.ids.shape[-1]
-    roots = _root_column(root_tokens, bs, topk.ids.device)
+    roots = root_column(root_tokens, bs, topk.ids.device)
     if budget == 0:
-        return _root_only(roots, horizon, has_root=root_tokens is not None)
+        return root_only_tree(roots, horizon, has_root=root_tokens is not None)
 
-    _check_code_room(horizon, budget)
+    check_code_room(horizon, budget)
     levels = _frontiers(topk.logits[..., :kb].double(), _lse_cumsum(topk.lse), budget)
     union = _Union.of(levels)
     best = _best_first(union.score, union.lex)[:, :budget]  # [bs, <=B] union indices
@@ -144,7 +146,7 @@ def _append(lex: torch.Tensor, bits: torch.Tensor, rank: torch.Tensor) -> tuple[
     return lex | torch.bitwise_left_shift(code, shift), used
 
 
-def _check_code_room(horizon: int, budget: int) -> None:
+def check_code_room(horizon: int, budget: int) -> None:
     """The rank-tuple code of every possible tree node fits in 63 bits."""
     need = 2 * min(horizon, budget) + 2 * (budget.bit_length() - 1)  # sum of floor(log2(r+1)) <= log2 B
     if need > _CODE_BITS:
@@ -165,7 +167,7 @@ def _frontiers(x: torch.Tensor, lse_cum: torch.Tensor, budget: int) -> list[_Lev
     ]
     for d in range(1, min(horizon, budget)):
         prev = levels[-1]
-        slot, r = _pairs(prev.x.shape[1], kb, budget, dev)
+        slot, r = child_pairs(prev.x.shape[1], kb, budget, dev)
         cx = prev.x[:, slot] + x[:, d, r]
         prod = prev.prod[:, slot] * (r + 1)
         valid = prev.valid[:, slot] & (prod <= budget)
@@ -223,23 +225,24 @@ def _lse_cumsum(lse: torch.Tensor) -> torch.Tensor:
     return torch.stack(cols, 1)
 
 
-_PAIRS: dict[tuple[int, int, int, str], tuple[torch.Tensor, torch.Tensor]] = {}
+_CHILD_PAIRS: dict[tuple[int, int, int, str], tuple[torch.Tensor, torch.Tensor]] = {}
 
 
-def _pairs(parents: int, ranks: int, budget: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+def child_pairs(parents: int, ranks: int, budget: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """(parent position, token rank) pairs that can reach the best ``budget``; cached per device.
 
     The cache is filled on the first (eager) call, so CUDA-graph capture never copies from host.
     """
     key = (parents, ranks, budget, str(device))
-    if key not in _PAIRS:
-        slot, rank = _pairs_host(parents, ranks, budget)
-        _PAIRS[key] = (slot.to(device), rank.to(device))
-    return _PAIRS[key]
+    if key not in _CHILD_PAIRS:
+        slot, rank = child_pairs_host(parents, ranks, budget)
+        _CHILD_PAIRS[key] = (slot.to(device), rank.to(device))
+    return _CHILD_PAIRS[key]
 
 
 @cache
-def _pairs_host(parents: int, ranks: int, budget: int) -> tuple[torch.Tensor, torch.Tensor]:
+def child_pairs_host(parents: int, ranks: int, budget: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``child_pairs`` on the host: parent ``i`` pairs with ranks ``0 .. min(ranks, budget // (i + 1)) - 1``."""
     slots, rks = [], []
     for i in range(parents):
         n = min(ranks, budget // (i + 1))
@@ -248,7 +251,8 @@ def _pairs_host(parents: int, ranks: int, budget: int) -> tuple[torch.Tensor, to
     return torch.tensor(slots, dtype=torch.int64), torch.tensor(rks, dtype=torch.int64)
 
 
-def _root_column(root_tokens: torch.Tensor | None, bs: int, device: torch.device) -> torch.Tensor:
+def root_column(root_tokens: torch.Tensor | None, bs: int, device: torch.device) -> torch.Tensor:
+    """The trees' column 0: ``root_tokens`` [bs] as contiguous int64 on ``device`` (NO_TOKEN without them)."""
     if root_tokens is None:
         return torch.full((bs,), NO_TOKEN, dtype=torch.int64, device=device)
     if root_tokens.shape != (bs,):
@@ -257,7 +261,8 @@ def _root_column(root_tokens: torch.Tensor | None, bs: int, device: torch.device
     return root_tokens.to(device=device, dtype=torch.int64).contiguous()  # kernels index it flat
 
 
-def _root_only(roots: torch.Tensor, horizon: int, *, has_root: bool) -> DraftTree:
+def root_only_tree(roots: torch.Tensor, horizon: int, *, has_root: bool) -> DraftTree:
+    """The budget-0 trees: the root column alone."""
     col = roots[:, None]
     return DraftTree(
         tokens=col.clone(),

@@ -34,9 +34,8 @@ _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
 SELECT_WIDE_ROWS = 256
-"""From this many rows on, the auto select kernel runs 4 warps instead of 8. Measured on the H200
-(docs/PERFORMANCE.md, session 4): 8 warps faster at 15 and 120 rows, 4 warps at 480 and 960."""
-
+"""From this many rows on, the auto select kernel runs 4 warps instead of 8: on the H200 8 warps
+were faster at 15 and 120 rows (latency-bound), 4 at 480 and 960 (more rows per SM)."""
 
 GATHER_PER_THREAD = 32
 """Tokens per select thread in a candidate-gather step of the one-launch select when
@@ -45,65 +44,62 @@ GATHER_PER_THREAD = 32
 SPLIT_GATHER = 2048
 """Tokens per program of the split select's gather_kernel when ``TopKConfig.gather`` is 0."""
 
-_CHOICES = {
-    "super_keys": (1, 2, 4, 8, 16), "search_pivots": (1, 2, 4, 8, 16, 32, 64), "cap_mult": (2, 4, 8),
-    "stream_warps": (1, 2, 4, 8, 16), "stream_stages": (1, 2, 3, 4, 6),
+_POWERS_OF_TWO = {  # field: (largest allowed or 0 for none, whether 0 means auto)
+    "tile": (0, False), "scan_block": (0, False), "min_cap": (0, False), "cap_mult": (0, False),
+    "super_keys": (0, False), "search_pivots": (0, False), "stream_warps": (16, False), "select_warps": (16, True),
+    "group": (0, True), "gather": (0, True),
 }
-"""The values each of these TopKConfig fields may take."""
+"""The TopKConfig fields that are powers of two (they size register tiles and sorts); warps at
+most 16: 512 threads at the select's 128-register cap fill an SM's 64 K registers."""
 
 
 @dataclasses.dataclass(frozen=True)
 class TopKConfig:
-    """Kernel tunables; ``verify/bench/bench_topk.py --sweep`` measures alternatives."""
+    """Launch tunables of the top-K kernels. Each default is the choice the H200 measured fastest
+    (``verify/bench/bench_topk.py --sweep`` searches the alternatives; docs/PERFORMANCE.md)."""
 
-    tile: int = 4096  # tokens per stream-kernel step (power of two, >= group)
-    programs: int = 2048  # target stream-kernel programs (rows x splits; at bs 1 capped by whole tiles per row);
-    # H200, whole top-K timed in turn (session 9), bs 8/32/64: 2048 28.9/71.2/138.5 us, 4096 30.5/71.4/137.9,
-    # 1536 34.0/70.9/138.2, 1024 33.7 at bs 8
+    tile: int = 4096
+    """Tokens per stream-kernel step (>= group): with 4 stages, 32 KB of bf16 in flight per program."""
+    programs: int = 2048
+    """Stream programs aimed at (rows x splits; at bs 1 capped by whole tiles per row): ~16 per H200 SM."""
     stream_warps: int = 8
-    select_warps: int = 0  # 0 = auto: 8 below SELECT_WIDE_ROWS rows (latency-bound), else 4 (more rows per SM)
-    group: int = 0  # tokens per group key; 0 = auto (32, smaller when V is small against k)
-    cap_mult: int = 2  # candidate buffer = max(cap_mult * next_pow2(k), min_cap) keys per row
+    """Warps per stream program: 16 tokens per thread of a 4096-token tile."""
+    select_warps: int = 0
+    """0: 8 below SELECT_WIDE_ROWS rows (latency-bound), else 4 (more rows per SM)."""
+    group: int = 0
+    """Tokens per group key; 0: 32, fewer when V < 128 * next_pow2(k) (at least 4 groups per top-K slot)."""
+    cap_mult: int = 2
+    """Candidate buffer = max(cap_mult * next_pow2(k), min_cap) keys per row: random rows fit, ties take the slow path."""
     min_cap: int = 128
-    gather: int = 0  # tokens per candidate-gather step of the select kernel (per program of gather_kernel);
-    # 0 = auto: GATHER_PER_THREAD per select thread, SPLIT_GATHER in gather_kernel. H200, whole top-K timed in
-    # turn (session 9): bs 32/64 4096 79.4/148.4 us, 2048 81.5/153.2; bs 8 (programs 2048) 8192 28.1, 4096 28.9
-    scan_block: int = 8192  # group keys the select kernel holds in registers (power of two)
-    super_keys: int = 8  # at most this many group keys per super key of the threshold search (1: none); fewer
-    # when the row has under 2.5 K super keys (then the search would let through too many candidates)
-    search_pivots: int = 16  # pivots counted per round of the threshold search (1: a bisection); H200, whole
-    # top-K timed in turn (session 10), us at bs 1/8/32/64: 16 16.1/27.4/71.9/134.1, 8 16.5/28.0/73.0/135.5,
-    # 32 16.5/27.8/72.3/134.6, 64 16.7/28.1/72.7/135.2; bisection (session 9) 17.4/28.7/72.3/135.3
-    select_maxnreg: int = 128  # register cap per select thread (0: the compiler's choice); lower fits more rows per SM
-    split_rows: int = 64  # below this many rows the select runs as two launches: the threshold per row, then
-    # the gather spread over several programs per row, the last of which sorts (a shorter critical path); 0: never.
-    # H200, us at bs 1/8/32/64 (15/120/480/960 rows): split 18.5/39.1/92.4/177.2, one launch 20.3/32.6/81.6/156.9
-    stream_stages: int = 4  # tiles in flight per stream program (Triton's software pipeline through shared
-    # memory); H200, stream kernel alone at bs 8/32/64, timed in turn (docs/PERFORMANCE.md, session 9):
-    # 4 stages 16.4/47.2/87.5 us, 3: 16.3/48.2/89.4, 2: 18.6/57.8/108.7, a register look-ahead 16.4/49.5/92.8
-    scan_tail: bool = True  # hold the M group keys as a pow2_floor(M) head and a pow2_ceil(rest) tail, not one
-    # pow2_ceil(M) tile (less padding to count over; M 5120: 4096 + 1024 not 8192), when that fits in scan_block;
-    # H200, V 163840, K 256, us at bs 1/8/32/64: on 25.0/36.6/101.5/182.5, off 24.0/35.4/111.4/197.4
+    """Least candidate buffer: a small k still holds a few tied tokens without the slow path."""
+    gather: int = 0
+    """Tokens per candidate-gather step; 0: GATHER_PER_THREAD per select thread, SPLIT_GATHER per gather_kernel program."""
+    scan_block: int = 8192
+    """Group keys the select holds in registers: V 163840 at G 32 (5120 keys) in one tile."""
+    super_keys: int = 8
+    """Group keys per super key of the threshold search (1: none; halved below 2.5 K super keys): 8x fewer to count."""
+    search_pivots: int = 16
+    """Pivots counted per round of the threshold search (1: a bisection): 3 rounds on random rows, not 9."""
+    select_maxnreg: int = 128
+    """Register cap per select thread (0: the compiler's choice): four 4-warp select programs per SM at any k."""
+    split_rows: int = 64
+    """Below this many rows the select is two launches (threshold, then gather over several programs; 0: never)."""
+    stream_stages: int = 4
+    """Tiles in flight per stream program (Triton's pipeline through shared memory): fewer cost HBM rate at bs 32/64."""
+    scan_tail: bool = True
+    """Hold M group keys as a pow2_floor(M) head and pow2_ceil(rest) tail if they fit scan_block (M 5120: 4096 + 1024)."""
 
     def __post_init__(self) -> None:
-        for name, auto in (("tile", False), ("scan_block", False), ("min_cap", False), ("group", True),
-                           ("gather", True)):  # auto: 0 is allowed
+        for name, (most, auto) in _POWERS_OF_TWO.items():
             value = getattr(self, name)
-            if value < 1 - auto or value & (value - 1):
-                msg = f"TopKConfig.{name} must be {'0 or ' if auto else ''}a power of two (got {value})"
+            if value < 1 - auto or value & (value - 1) or 0 < most < value:
+                within = f" in [1, {most}]" if most else ""
+                msg = f"TopKConfig.{name} must be {'0 (auto) or ' if auto else ''}a power of two{within} (got {value})"
                 raise ValueError(msg)
-        for name, allowed in _CHOICES.items():
-            value = getattr(self, name)
-            if value not in allowed:
-                msg = f"TopKConfig.{name} must be {', '.join(map(str, allowed[:-1]))} or {allowed[-1]} (got {value})"
-                raise ValueError(msg)
-        if self.select_warps not in (0, 1, 2, 4, 8, 16):
-            msg = f"TopKConfig.select_warps must be 0 (auto), 1, 2, 4, 8 or 16 (got {self.select_warps})"
-            raise ValueError(msg)
         if self.select_maxnreg and not 32 <= self.select_maxnreg <= 255:
             msg = f"TopKConfig.select_maxnreg must be 0 or in [32, 255] (got {self.select_maxnreg})"
             raise ValueError(msg)
-        for name, least in (("split_rows", 0), ("programs", 1)):
+        for name, least in (("split_rows", 0), ("programs", 1), ("stream_stages", 1)):
             if getattr(self, name) < least:
                 msg = f"TopKConfig.{name} must be >= {least} (got {getattr(self, name)})"
                 raise ValueError(msg)
@@ -247,9 +243,11 @@ def prepare(
     outputs from the current contents of ``x``. Benchmarks use it to time the kernels separately.
     """
     _check_args(x, k, id_offset)
-    from repro.kernels import _topk_lse_triton as kern
+    from repro.kernels._common_triton import INTERPRET
+    from repro.kernels._topk_select_triton import gather_kernel, select_kernel, threshold_kernel
+    from repro.kernels._topk_stream_triton import stream_kernel
 
-    if x.device.type != "cuda" and not kern.INTERPRET:
+    if x.device.type != "cuda" and not INTERPRET:
         msg = (
             f"topk_lse: x must be a CUDA tensor (got device {x.device}; "
             "CPU runs only under TRITON_INTERPRET=1)"
@@ -277,22 +275,22 @@ def prepare(
 
     def launch_stream() -> None:
         if p.rows:
-            kern.stream_kernel[(p.rows, p.splits)](
+            stream_kernel[(p.rows, p.splits)](
                 x2, x2.stride(0), vocab, p.groups, p.chunk, p.splits, gkeys, parts,
                 TG=p.tile // p.group, G=p.group, STAGES=cfg.stream_stages, PAIRS=pairs, num_warps=p.stream_warps,
             )
 
     state = torch.empty((p.rows, 4), dtype=torch.int32, device=dev) if p.split_select else None
-    dependent = {} if kern.INTERPRET else {"launch_pdl": True}  # may start while the kernel before it drains
+    dependent = {} if INTERPRET else {"launch_pdl": True}  # may start while the kernel before it drains
 
     def launch_split_select() -> None:
         if p.rows:
-            kern.threshold_kernel[(p.rows,)](
+            threshold_kernel[(p.rows,)](
                 p.groups, p.splits, k, gkeys, parts, gidx, state, lse,
                 MB=p.scan_block, MT=p.scan_tail, R=p.super_keys, CAP=p.cap, P=p.search_pivots, SP=p.lse_block,
                 num_warps=p.select_warps, **dependent,
             )
-            kern.gather_kernel[(p.rows, -(-p.cap // p.gather_groups))](
+            gather_kernel[(p.rows, -(-p.cap // p.gather_groups))](
                 x2, x2.stride(0), vocab, k, id_offset, gidx, state, cand, logits, ids,
                 G=p.group, GT=p.gather_groups, K_P=p.k_pow2, CAP=p.cap, PAIRS=pairs, KEY32=key32,
                 num_warps=p.select_warps,
@@ -303,7 +301,7 @@ def prepare(
         if p.split_select:
             launch_split_select()
         elif p.rows:
-            kern.select_kernel[(p.rows,)](
+            select_kernel[(p.rows,)](
                 x2, x2.stride(0), vocab, p.groups, p.splits, k, id_offset,
                 gkeys, parts, gidx, cand, logits, ids, lse, **select_consts, PAIRS=pairs, KEY32=key32,
                 num_warps=p.select_warps,

@@ -5,7 +5,7 @@
 order), in two launches with no host synchronisation (capturable in a CUDA graph at fixed
 (bs, B)):
 
-1. ``enum_kernel`` enumerates, depth by depth, every node scoring above a floor that stays below
+1. ``enum_kernel`` (``_tree_enum_triton``) enumerates, depth by depth, every node scoring above a floor that stays below
    the B-th best score found so far (a running histogram of the kept scores gives it), with no
    per-depth sort: a parent's kept children are a prefix of its ranks, found by binary search.
    The few finalists are sorted once. A depth of at most ``NARROW`` parents and children (a
@@ -13,15 +13,19 @@ order), in two launches with no host synchronisation (capturable in a CUDA graph
    floor is re-read only after B / 8 new nodes (a stale floor is lower: still exact). It needs
    K = B ranks per depth (V >= B); a request whose kept set outgrows its buffers (tie-heavy rows)
    is flagged instead.
-2. ``tree_kernel`` builds the flagged requests (every request when V < B) by the per-depth
+2. ``tree_kernel`` (``_tree_frontier_triton``) builds the flagged requests (every request when V < B) by the per-depth
    frontier algorithm of ``repro/ddtree/tree.py``: each depth's best candidates are sorted and
    merged into the best ``B`` so far; candidates below that (less a rounding margin) are dropped.
    Its programs for unflagged requests return at once.
 
+The trees' verify inputs come from one launch each: ``verify_tensors_fused`` (every verify
+tensor, ``_verify_tensors_triton``) and ``tree_inputs_fused`` (a serving verify's input ids,
+positions and mask blocks, ``_tree_inputs_triton``).
+
 Triton is imported on the first call; ``TRITON_INTERPRET=1`` runs it on CPU.
 
 Sorting uses a bitonic network over (score desc, rank-tuple code asc) pairs carrying a payload
-index; candidate sets are padded to powers of two with entries that sort last.
+index (``_common_triton``); candidate sets are padded to powers of two with entries that sort last.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from typing import Any
 
 import torch
 
-from repro.ddtree.tree import _check_code_room, _check_topk, _pairs, _pairs_host, _root_column, _root_only
+from repro.ddtree.tree import check_code_room, check_topk, child_pairs, child_pairs_host, root_column, root_only_tree
 from repro.ddtree.types import DraftTree, TopK, VerifyTensors
 
 MAX_BUDGET = 256
@@ -60,26 +64,26 @@ def _tables(budget: int, kb: int, device: torch.device) -> tuple[torch.Tensor, t
     """int32 (parent slot, rank) pairs for every depth (parents < B), cached per device."""
     key = (budget, kb, str(device))
     if key not in _TABLES:
-        slot, rank = _pairs(budget, kb, budget, device)
+        slot, rank = child_pairs(budget, kb, budget, device)
         _TABLES[key] = (slot.to(torch.int32), rank.to(torch.int32))
     return _TABLES[key]
 
 
 def _pairs_host_for(budget: int) -> torch.Tensor:
     """The largest pair table a budget can need (K = B): sizes the candidate sort."""
-    return _pairs_host(budget, budget, budget)[0]
+    return child_pairs_host(budget, budget, budget)[0]
 
 
 @cache
 def _kernel() -> Any:
-    from repro.kernels._tree_build_triton import tree_kernel
+    from repro.kernels._tree_frontier_triton import tree_kernel
 
     return tree_kernel
 
 
 @cache
 def _verify_kernel() -> Any:
-    from repro.kernels._tree_build_triton import verify_kernel
+    from repro.kernels._verify_tensors_triton import verify_kernel
 
     return verify_kernel
 
@@ -100,7 +104,7 @@ def tree_kernel_constants(budget: int, horizon: int) -> dict[str, int]:
 
 @cache
 def _enum_kernel() -> Any:
-    from repro.kernels._tree_build_triton import enum_kernel
+    from repro.kernels._tree_enum_triton import enum_kernel
 
     return enum_kernel
 
@@ -138,25 +142,26 @@ def build_trees_fused(
     ``out`` (a tree of preallocated tensors with room for ``bs`` requests, budget >= 1) receives
     the tree; views of its first ``bs`` rows are returned.
     """
-    return build_trees_fused_flagged(topk, budget, root_tokens, num_warps, out)[0]
+    return _build_trees_fused_flagged(topk, budget, root_tokens, num_warps, out)[0]
 
 
-def build_trees_fused_flagged(
+def _build_trees_fused_flagged(
     topk: TopK, budget: int, root_tokens: torch.Tensor | None = None, num_warps: int = 8,
     out: DraftTree | None = None,
 ) -> tuple[DraftTree, torch.Tensor | None]:
     """``build_trees_fused`` and which requests the frontier kernel built (``[bs]`` int32,
-    non-zero: flagged; None when only the frontier kernel ran, budget 0 or V < B)."""
-    bs, horizon, kb = _check_topk(topk, budget)
+    non-zero: flagged; None when only the frontier kernel ran, budget 0 or V < B). Tests and
+    ``verify/bench/bench_tree.py`` read the flags to see which kernel built a tree."""
+    bs, horizon, kb = check_topk(topk, budget)
     kt = topk.ids.shape[-1]
     if budget > MAX_BUDGET:
         msg = f"build_trees_fused takes budget <= {MAX_BUDGET} (got {budget}); use build_trees_from_topk"
         raise ValueError(msg)
     dev = topk.ids.device
-    roots = _root_column(root_tokens, bs, dev)
+    roots = root_column(root_tokens, bs, dev)
     if budget == 0:
-        return _root_only(roots, horizon, has_root=root_tokens is not None), None
-    _check_code_room(horizon, budget)
+        return root_only_tree(roots, horizon, has_root=root_tokens is not None), None
+    check_code_room(horizon, budget)
     depth = min(horizon, budget)
     slot, rank = _tables(budget, kb, dev)
     n_pairs = slot.numel()

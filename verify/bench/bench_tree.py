@@ -30,7 +30,7 @@ import torch
 
 from repro.ddtree import TopK, build_trees_from_topk, topk_logprobs, verify_tensors
 from repro.ddtree.reference import heap_tree
-from repro.kernels.tree_build import MAX_BUDGET, build_trees_fused, build_trees_fused_flagged, verify_tensors_fused
+from repro.kernels.tree_build import MAX_BUDGET, _build_trees_fused_flagged, build_trees_fused, verify_tensors_fused
 from repro.stack.pins import git_revision
 from verify.bench.bench_topk import time_interleaved
 
@@ -146,7 +146,7 @@ def _fused(logits, topk, tree, roots, lens, lens_sum, budget, k, iters, tree_war
     def whole() -> None:
         verify_tensors_fused(build_trees_fused(fused_topk(), budget, roots), lens, lens_sum)
 
-    _tree, flags = build_trees_fused_flagged(topk, budget, roots)
+    _tree, flags = _build_trees_fused_flagged(topk, budget, roots)
     parts = {  # timed in turn: each captured once, then replayed round-robin, so drift falls on all alike
         "topk": fused_topk,
         "tree": lambda: build_trees_fused(topk, budget, roots),

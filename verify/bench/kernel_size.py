@@ -11,6 +11,12 @@ stack (spill slots), local and shared bytes, the SASS instruction count, the ins
 loop body, and a digest of the SASS (equal digests: the same machine code). Nsight Compute showed
 the select kernel stalled on instruction fetch (docs/PERFORMANCE.md), so code size and spills are
 leads worth reading before a GPU run; they are not timings.
+
+Moving kernel code into ``@triton.jit`` helpers keeps the digest only if Triton's IR stays the
+same: a name reassigned inside a loop is carried around it even when unused, and the layouts
+follow such values; and ptxas schedules some kernels differently around the debug-range labels
+of inlined helpers (the same PTX instructions, other SASS). When a digest moves, compare the two
+compiles' TTIR (locations stripped) first.
 """
 
 from __future__ import annotations
@@ -25,15 +31,16 @@ import tempfile
 from pathlib import Path
 
 POINTER_TYPES = {
-    "x_ptr": "*bf16", "gkey_ptr": "*i16", "part_ptr": "*fp32", "gidx_ptr": "*i32", "cand_ptr": "*i64",
+    "x_ptr": "*bf16", "group_key_ptr": "*i16", "lse_part_ptr": "*fp32", "group_list_ptr": "*i32", "cand_key_ptr": "*i64",
     "val_ptr": "*fp32", "id_ptr": "*i64", "lse_ptr": "*fp32", "state_ptr": "*i32",
-    "logits_ptr": "*fp32", "ids_ptr": "*i64", "roots_ptr": "*i64", "slot_tab": "*i32", "rank_tab": "*i32",
-    "fx_ptr": "*fp64", "fscore_ptr": "*fp64", "flex_ptr": "*i64", "fbits_ptr": "*i64", "fprod_ptr": "*i64",
-    "frank_ptr": "*i32", "fslot_ptr": "*i32", "inv_ptr": "*i32", "tokens_ptr": "*i64", "parents_ptr": "*i64",
-    "depths_ptr": "*i64", "scores_ptr": "*fp64", "nodes_ptr": "*i64",
-    "cs_ptr": "*fp64", "cl_ptr": "*i64", "ci_ptr": "*i32", "flag_ptr": "*i32",
-    "px_ptr": "*fp64", "ps_ptr": "*fp64", "pl_ptr": "*i64", "pb_ptr": "*i32", "pp_ptr": "*i32", "pr_ptr": "*i32",
-    "pa_ptr": "*i32", "pd_ptr": "*i32", "off_ptr": "*i32", "sel_ptr": "*i32", "hist_ptr": "*i32",
+    "logits_ptr": "*fp32", "ids_ptr": "*i64", "roots_ptr": "*i64", "pair_slot_ptr": "*i32", "pair_rank_ptr": "*i32",
+    "front_logit_sum_ptr": "*fp64", "front_score_ptr": "*fp64", "front_lex_ptr": "*i64", "front_bits_ptr": "*i64",
+    "front_prod_ptr": "*i64", "front_rank_ptr": "*i32", "front_slot_ptr": "*i32", "tree_slot_ptr": "*i32",
+    "tokens_ptr": "*i64", "parents_ptr": "*i64", "depths_ptr": "*i64", "scores_ptr": "*fp64", "nodes_ptr": "*i64",
+    "compact_score_ptr": "*fp64", "compact_lex_ptr": "*i64", "compact_pair_ptr": "*i32", "handoff_ptr": "*i32",
+    "node_logit_sum_ptr": "*fp64", "node_score_ptr": "*fp64", "node_lex_ptr": "*i64", "node_bits_ptr": "*i32",
+    "node_prod_ptr": "*i32", "node_rank_ptr": "*i32", "node_parent_ptr": "*i32", "node_depth_ptr": "*i32",
+    "child_offset_ptr": "*i32", "finalist_ptr": "*i32", "score_hist_ptr": "*i32",
     "lens_ptr": "*i64", "ids_out": "*i64", "pos_out": "*i64", "anc_out": "*i1", "full_out": "*i1",
     "index_out": "*i64", "first_out": "*i64", "sibling_out": "*i64",
 }
@@ -104,7 +111,8 @@ def topk_kernel_sizes(rows: int, vocab: int, k: int, config, arch: int = 90) -> 
     """``cubin_size`` of the stream and select kernels as ``topk_lse`` would launch them."""
     import torch
 
-    from repro.kernels import _topk_lse_triton as kern
+    from repro.kernels._topk_select_triton import gather_kernel, select_kernel, threshold_kernel
+    from repro.kernels._topk_stream_triton import stream_kernel
     from repro.kernels.topk_lse import int32_candidates, make_plan, stream_pairs
 
     p = make_plan(rows, vocab, k, config)
@@ -113,18 +121,18 @@ def topk_kernel_sizes(rows: int, vocab: int, k: int, config, arch: int = 90) -> 
     select = {"MB": p.scan_block, "MT": p.scan_tail, "G": p.group, "GT": p.gather_groups, "K_P": p.k_pow2,
               "CAP": p.cap, "P": p.search_pivots, "SP": p.lse_block, "R": p.super_keys, "PAIRS": pairs,
               "KEY32": int32_candidates(p, pairs=pairs)}
-    cand = {"cand_ptr": "*i32" if select["KEY32"] else "*i64"}
-    stream = _compile(kern.stream_kernel, {"TG": p.tile // p.group, "G": p.group, "STAGES": config.stream_stages,
-                                             "PAIRS": pairs}, values, p.stream_warps, arch)
+    cand = {"cand_key_ptr": "*i32" if select["KEY32"] else "*i64"}
+    stream = _compile(stream_kernel, {"TG": p.tile // p.group, "G": p.group, "STAGES": config.stream_stages,
+                                      "PAIRS": pairs}, values, p.stream_warps, arch)
     if p.split_select:
-        thresh = _compile(kern.threshold_kernel, {k: select[k] for k in ("MB", "MT", "R", "CAP", "P", "SP")},
+        thresh = _compile(threshold_kernel, {k: select[k] for k in ("MB", "MT", "R", "CAP", "P", "SP")},
                           values, p.select_warps, arch)
-        gather = _compile(kern.gather_kernel, {k: select[k] for k in ("G", "GT", "K_P", "CAP", "PAIRS", "KEY32")},
+        gather = _compile(gather_kernel, {k: select[k] for k in ("G", "GT", "K_P", "CAP", "PAIRS", "KEY32")},
                           values, p.select_warps, arch, p.select_maxnreg, cand)
         return {"stream_kernel": cubin_size(stream), "threshold_kernel": cubin_size(thresh),
                 "gather_kernel": cubin_size(gather)}
     return {"stream_kernel": cubin_size(stream),
-            "select_kernel": cubin_size(_compile(kern.select_kernel, select, values, p.select_warps, arch,
+            "select_kernel": cubin_size(_compile(select_kernel, select, values, p.select_warps, arch,
                                                  p.select_maxnreg, cand))}
 
 
@@ -132,14 +140,16 @@ def tree_kernel_size(budget: int, horizon: int = 15, num_warps: int = 8, arch: i
     """``cubin_size`` of the enumeration and frontier tree kernels as ``build_trees_fused`` would
     launch them (K = B <= V), and of the verify kernel as ``verify_tensors_fused`` launches it
     (its own default warps, bs 32)."""
-    from repro.kernels import _tree_build_triton as kern
+    from repro.kernels._tree_enum_triton import enum_kernel
+    from repro.kernels._tree_frontier_triton import tree_kernel
+    from repro.kernels._verify_tensors_triton import verify_kernel
     from repro.kernels.tree_build import enum_kernel_constants, tree_kernel_constants, verify_kernel_constants
 
     values = {"KT": budget, "L": horizon, "KB": budget, "D": min(horizon, budget), "B": budget}
     return {
-        "enum_kernel": cubin_size(_compile(kern.enum_kernel, enum_kernel_constants(budget), values, num_warps, arch)),
-        "tree_kernel": cubin_size(_compile(kern.tree_kernel, tree_kernel_constants(budget, horizon), values, num_warps, arch)),
-        "verify_kernel": cubin_size(_compile(kern.verify_kernel, verify_kernel_constants(32, budget, 4),
+        "enum_kernel": cubin_size(_compile(enum_kernel, enum_kernel_constants(budget), values, num_warps, arch)),
+        "tree_kernel": cubin_size(_compile(tree_kernel, tree_kernel_constants(budget, horizon), values, num_warps, arch)),
+        "verify_kernel": cubin_size(_compile(verify_kernel, verify_kernel_constants(32, budget, 4),
                                              {"D": min(horizon, budget), "pad_token": 0}, 4, arch)),
     }
 

@@ -73,7 +73,7 @@ def test_sass_digest_names_the_machine_code(capsys):
 @pytest.mark.parametrize(("setting", "message"), [
     ("search_pivots", "--set takes NAME=INT"),
     ("speed=3", "--set NAME must be a TopKConfig field"),
-    ("search_pivots=3", "TopKConfig.search_pivots must be 1, 2, 4, 8, 16, 32 or 64"),
+    ("search_pivots=3", "TopKConfig.search_pivots must be a power of two (got 3)"),
 ])
 def test_bad_settings_are_usage_errors(capsys, setting, message):
     """A malformed, unknown or invalid --set exits 2 with one line naming it."""

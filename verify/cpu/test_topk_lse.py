@@ -170,8 +170,10 @@ class TestMakePlan:
         assert make_plan(SELECT_WIDE_ROWS - 1, 163840, 256, TopKConfig()).select_warps == 8
         assert make_plan(SELECT_WIDE_ROWS, 163840, 256, TopKConfig()).select_warps == 4
         assert make_plan(15, 163840, 256, TopKConfig(select_warps=16)).select_warps == 16
-        with pytest.raises(ValueError, match=r"TopKConfig.select_warps must be 0 \(auto\), 1, 2, 4, 8 or 16 \(got 3\)"):
-            TopKConfig(select_warps=3)
+        for warps in (3, 32):
+            message = rf"TopKConfig.select_warps must be 0 \(auto\) or a power of two in \[1, 16\] \(got {warps}\)"
+            with pytest.raises(ValueError, match=message):
+                TopKConfig(select_warps=warps)
 
     def test_scan_tail_splits_a_padded_key_tile(self):
         """scan_tail (the default) holds M 5120 keys as 4096 + 1024 instead of 8192; a power-of-two
@@ -225,15 +227,20 @@ class TestArguments:
             topk_lse(torch.zeros(2, 10), 1, id_offset=-1)
 
     def test_bad_config_is_an_error(self):
-        """A tile that is not a power of two is refused when the config is built."""
+        """A field that sizes a tile or sort and is not a power of two, a register cap out of range
+        or no pipeline stage is refused when the config is built."""
         with pytest.raises(ValueError, match=r"TopKConfig.tile must be a power of two \(got 3000\)"):
             TopKConfig(tile=3000)
-        with pytest.raises(ValueError, match=r"TopKConfig.search_pivots must be 1, 2, 4, 8, 16, 32 or 64 \(got 3\)"):
+        with pytest.raises(ValueError, match=r"TopKConfig.search_pivots must be a power of two \(got 3\)"):
             TopKConfig(search_pivots=3)
         with pytest.raises(ValueError, match=r"TopKConfig.select_maxnreg must be 0 or in \[32, 255\] \(got 16\)"):
             TopKConfig(select_maxnreg=16)
-        with pytest.raises(ValueError, match=r"TopKConfig.cap_mult must be 2, 4 or 8 \(got 3\)"):
+        with pytest.raises(ValueError, match=r"TopKConfig.cap_mult must be a power of two \(got 3\)"):
             TopKConfig(cap_mult=3)
+        with pytest.raises(ValueError, match=r"TopKConfig.group must be 0 \(auto\) or a power of two \(got 24\)"):
+            TopKConfig(group=24)
+        with pytest.raises(ValueError, match=r"TopKConfig.stream_stages must be >= 1 \(got 0\)"):
+            TopKConfig(stream_stages=0)
 
     @pytest.mark.skipif(NO_TRITON, reason="triton is not installed")
     def test_cpu_tensor_without_interpreter_is_an_error(self):

@@ -21,7 +21,7 @@ import torch
 from verify.kernel_cases import _fix_interpreter_for_numpy_2_4
 _fix_interpreter_for_numpy_2_4()
 from repro.ddtree import build_trees_from_topk, topk_logprobs, verify_tensors
-from repro.kernels.tree_build import build_trees_fused_flagged, verify_tensors_fused
+from repro.kernels.tree_build import _build_trees_fused_flagged, verify_tensors_fused
 g = torch.Generator().manual_seed(0)
 VERIFY = ("input_ids", "positions", "ancestor_mask", "full_mask", "retrive_index", "retrive_next_token",
           "retrive_next_sibling")
@@ -62,7 +62,7 @@ for x, budget in cases:
     block = torch.full((x.shape[0], 4), 99)
     block[:, 0] = torch.arange(x.shape[0]) + 7
     roots = block[:, 0]  # a strided view, as SGLang's drafter block column is
-    want, (got, flags) = build_trees_from_topk(topk, budget, roots), build_trees_fused_flagged(topk, budget, roots)
+    want, (got, flags) = build_trees_from_topk(topk, budget, roots), _build_trees_fused_flagged(topk, budget, roots)
     if flags is not None:
         built["enum"] += int((flags == 0).sum())
         built["frontier"] += int((flags != 0).sum())

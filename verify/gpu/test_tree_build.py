@@ -10,7 +10,7 @@ import torch
 
 from repro.ddtree import build_trees_from_topk, topk_logprobs, verify_tensors, walk
 from repro.golden import cases
-from repro.kernels.tree_build import MAX_BUDGET, build_trees_fused, build_trees_fused_flagged, verify_tensors_fused
+from repro.kernels.tree_build import MAX_BUDGET, _build_trees_fused_flagged, build_trees_fused, verify_tensors_fused
 
 pytestmark = pytest.mark.gpu
 GOLDEN = Path(__file__).resolve().parents[2] / "golden"
@@ -52,7 +52,7 @@ def test_seeded_cases_equal_torch_path(budget, family):
     topk = topk_logprobs(x, budget)
     roots = torch.arange(16, device="cuda")
     want = build_trees_from_topk(topk, budget, roots)
-    got, flags = build_trees_fused_flagged(topk, budget, roots)
+    got, flags = _build_trees_fused_flagged(topk, budget, roots)
     for name in TREE:
         assert torch.equal(getattr(want, name), getattr(got, name)), name
     if family in ("random", "peaked"):  # the enumeration kernel, not only its fallback, built trees
