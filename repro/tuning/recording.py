@@ -27,6 +27,13 @@ Writing never synchronises with the GPU: :meth:`Recorder.record` packs the round
 their device, copies them into a pinned host buffer with ``non_blocking=True`` and records a
 CUDA event; batches are turned into JSON only once their event has completed, at a later round
 or at :meth:`Recorder.close`. CPU tensors are written at once.
+
+An engine that schedules ahead (SGLang's overlap scheduler launches round k + 1 before it reads
+round k's result) runs one round more for a request that round k finished, and throws its tokens
+away. Given ``finished_tokens`` and each row's request ``handles``, the recorder leaves such rounds
+out: a row is written only while the tokens the request emitted before it (prefill's first
+included) are fewer than what the engine kept once the request finished. A request's lines are
+then exactly the rounds the engine counted (SGLang's ``spec_verify_ct``).
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ import json
 import os
 import time
 import uuid
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +61,7 @@ ROUND = "round"
 RECORD_ENV = "REPRO_DDTREE_RECORD"  # path of the JSONL; "{pid}" is replaced by the process id
 PROMPTS_ENV = "REPRO_DDTREE_RECORD_PROMPTS"  # prompt-set name of requests whose id names none
 NO_PROMPTS = "-"
+TRACKED = 65536  # requests whose emitted-token count the over-run filter keeps (least recent dropped)
 
 
 def prompts_of(request_id: str, default: str) -> str:
@@ -73,11 +81,15 @@ class Recorder:
 
     Off unless constructed; engines use :meth:`from_env`. Not thread-safe: call from the thread
     that runs the rounds, outside CUDA-graph capture.
+
+    ``finished_tokens(handle)``: the tokens the engine kept for a finished request (prefill's first
+    included), None while it runs; with it, rounds run past a request's end are not written.
     """
 
     def __init__(self, path: str | Path, *, budget: int, horizon: int, algorithm: str = "DDTREE",
                  config: dict[str, Any] | None = None, prompts: str = NO_PROMPTS, source: str = "",
-                 stack: dict[str, Any] | None = None, max_pending: int = 256) -> None:
+                 stack: dict[str, Any] | None = None, max_pending: int = 256,
+                 finished_tokens: Callable[[Any], int | None] | None = None) -> None:
         if stack is None:
             from repro.stack.pins import fingerprint
 
@@ -88,6 +100,8 @@ class Recorder:
         self.step = 0
         self._ring: StagingRing | None = None
         self._max_pending = max_pending
+        self._finished_tokens = finished_tokens
+        self._emitted: OrderedDict[str, int] = OrderedDict()  # request id -> tokens emitted so far
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = self.path.open("a")
         self._write([{"kind": HEADER, "schema": SCHEMA, "rec": self.rec, "algorithm": algorithm,
@@ -98,20 +112,22 @@ class Recorder:
 
     @classmethod
     def from_env(cls, *, budget: int, horizon: int, config: dict[str, Any] | None = None,
-                 rank: int = 0, source: str = "sglang") -> Recorder | None:
+                 rank: int = 0, source: str = "sglang",
+                 finished_tokens: Callable[[Any], int | None] | None = None) -> Recorder | None:
         """A recorder writing to ``$REPRO_DDTREE_RECORD`` on rank 0, or None when it is unset."""
         path = os.environ.get(RECORD_ENV, "").strip()
         if not path or rank != 0:
             return None
         return cls(path.replace("{pid}", str(os.getpid())), budget=budget, horizon=horizon,
                    config=config, prompts=os.environ.get(PROMPTS_ENV, "").strip() or NO_PROMPTS,
-                   source=source)
+                   source=source, finished_tokens=finished_tokens)
 
     def record(self, request_ids: Sequence[str], accept_index: torch.Tensor, accept_len: torch.Tensor,
-               chain: ChainFields | None = None) -> None:
+               chain: ChainFields | None = None, handles: Sequence[Any] | None = None) -> None:
         """Record one round: ``accept_index`` [bs, L+1] int64 (node ids root first, -1 padded, as
         ``WalkResult.accept_index``), ``accept_len`` [bs] (tau), ``chain`` fields [bs, L] / [bs],
-        and the host-side id of each batch row. No host synchronisation."""
+        the host-side id of each batch row and, for the over-run filter, the engine's request
+        objects (``handles``). No host synchronisation."""
         import torch
 
         bs = len(request_ids)
@@ -128,23 +144,24 @@ class Recorder:
         if chain is not None:
             cols += [chain.in_tree[:, None], chain.rank0]
         packed = torch.cat([c.to(torch.int64) for c in cols], 1)
-        meta = _Batch(self.step, tuple(request_ids), chain is not None)
+        meta = _Batch(self.step, tuple(request_ids), chain is not None, None if handles is None else tuple(handles))
         self.step += 1
         if packed.device.type != "cuda":
             self._write_batch(packed.tolist(), meta)
             return
         if self._ring is None:
             self._ring = StagingRing(event_factory=torch.cuda.Event, pin=True, max_pending=self._max_pending)
-        self._ring.push(packed, meta)
-        for rows, done in self._ring.ready():
+        for rows, done in self._ring.ready():  # before the push: this round is never written in its own call
             self._write_batch(rows, done)
+        self._ring.push(packed, meta)
 
     def record_round(self, request_ids: Sequence[str], tree: DraftTree, rank0_ids: torch.Tensor,
-                     result: WalkResult) -> None:
+                     result: WalkResult, handles: Sequence[Any] | None = None) -> None:
         """:meth:`record` with the chain fields of ``tree`` (``rank0_ids`` [bs, L]: ``TopK.ids[:, :, 0]``)."""
         from repro.ddtree import chain_fields
 
-        self.record(request_ids, result.accept_index, result.accept_len, chain_fields(tree, rank0_ids, result))
+        self.record(request_ids, result.accept_index, result.accept_len, chain_fields(tree, rank0_ids, result),
+                    handles)
 
     def close(self) -> None:
         """Wait for the batches still in flight, write them and close the file (idempotent)."""
@@ -165,8 +182,11 @@ class Recorder:
     def _write_batch(self, rows: list[list[int]], meta: _Batch) -> None:
         width = self.horizon + 1
         lines = []
-        for request, row in zip(meta.requests, rows, strict=True):
+        for i, (request, row) in enumerate(zip(meta.requests, rows, strict=True)):
             tau = row[0]
+            if meta.handles is not None and self._finished_tokens is not None and self._over_run(
+                    request, tau, self._finished_tokens(meta.handles[i])):
+                continue
             line = {"kind": ROUND, "rec": self.rec, "step": meta.step, "req": request,
                     "prompts": prompts_of(request, self.prompts), "bs": len(meta.requests),
                     "path": row[2 : 1 + tau]}
@@ -175,6 +195,16 @@ class Recorder:
                 line["chain"] = row[1 + width]
             lines.append(line)
         self._write(lines)
+
+    def _over_run(self, request: str, tau: int, final: int | None) -> bool:
+        """True when the request had emitted all ``final`` tokens it kept before this round
+        (prefill's first token counts); else count the round's ``tau`` tokens."""
+        before = self._emitted.pop(request, 1)
+        over = final is not None and before >= final
+        self._emitted[request] = before if over else before + tau
+        if len(self._emitted) > TRACKED:
+            self._emitted.popitem(last=False)
+        return over
 
     def _write(self, lines: list[dict[str, Any]]) -> None:
         self._file.write("".join(json.dumps(line) + "\n" for line in lines))  # one write per batch
@@ -188,6 +218,7 @@ class _Batch:
     step: int
     requests: tuple[str, ...]
     chain: bool
+    handles: tuple[Any, ...] | None
 
 
 class StagingRing:

@@ -81,6 +81,32 @@ class TestRecorder:
         with _recorder(tmp_path / "r.jsonl") as rec, pytest.raises(ValueError, match=message):
             rec.record(["a"], index, length)
 
+    def test_rounds_past_a_finished_request_are_left_out(self, tmp_path):
+        """An engine that launches round k + 1 before reading round k's result runs a finished
+        request once more: with ``finished_tokens`` that round is not written, the others are."""
+
+        class Req:
+            def __init__(self) -> None:
+                self.kept: int | None = None  # tokens the engine kept once finished
+
+        a, b = Req(), Req()
+        path = tmp_path / "r.jsonl"
+        with _recorder(path, finished_tokens=lambda req: req.kept) as rec:
+            def step(taus: list[int], reqs: list[Req]) -> None:
+                index = torch.full((len(taus), 4), -1)
+                for row, tau in enumerate(taus):
+                    index[row, :tau] = torch.arange(tau)
+                rec.record(["a", "b"][: len(taus)], index, torch.tensor(taus), handles=reqs)
+
+            step([3, 2], [a, b])  # a: 1 (prefill) + 3, b: 1 + 2
+            a.kept = 6  # a's next round emits 3, of which the engine keeps 2: a finished
+            step([3, 1], [a, b])
+            step([2, 4], [a, b])  # a's over-run round: left out; b still runs
+            b.kept = 8
+            step([1, 1], [a, b])  # b had emitted 1 + 2 + 1 + 4 = 8 before it: left out, as is a's
+        rounds = [(line["req"], line["step"]) for line in _lines(path)[1:]]
+        assert rounds == [("a", 0), ("b", 0), ("a", 1), ("b", 1), ("b", 2)]
+
     def test_close_is_idempotent(self, tmp_path):
         """Closing twice is harmless (atexit closes again)."""
         rec = _recorder(tmp_path / "r.jsonl")
