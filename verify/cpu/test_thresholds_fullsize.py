@@ -1,0 +1,29 @@
+"""The full-size targets' tau floors follow from their drafter profiles' fits (issue 20).
+
+A served tau on a planted target is the simulated tau of its hook profile up to sampling noise and
+the max-new-tokens cut, so each floor is 0.9x the fit file's check tau (DFLASH at the profile's
+block, DDTREE at the serving profile's budget), rounded down to 0.1.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from importlib import resources
+
+import pytest
+
+from repro.serving.profiles import load_profiles, load_thresholds
+from repro.testmodels.fullsize import load_model
+
+FIT = json.loads(resources.files("repro.data").joinpath("drafter_profiles_fit.json").read_text())
+
+
+@pytest.mark.parametrize("name", ["qwen3-8b", "k26-tp8"])
+def test_tau_floors_are_ninety_percent_of_the_profile_fit(name):
+    """thresholds.toml's floors for the serving profile equal floor(0.9 x simulated tau, 0.1)."""
+    profile = load_profiles()[f"full-h200-{name}"]
+    floors = load_thresholds()[profile.thresholds].tau_floor
+    simulated = FIT["profiles"][load_model(name).hook_profile]["check"]["tau"]
+    want = {"DFLASH": simulated["dflash"], "DDTREE": simulated[str(profile.budget)]}
+    assert floors == {algo: math.floor(9 * tau) / 10 for algo, tau in want.items()}
