@@ -1,8 +1,8 @@
 """Triton helpers the kernel modules share (imported lazily: needs triton).
 
 Order-preserving keys (the signed int32 order of float32 bits, bf16 pairs, rank-tuple codes),
-bitonic top-k over a single key, and the tree kernels' bitonic selection over (score, code,
-index) triples.
+bitonic top-k over a single key, the tree kernels' bitonic selection over (score, code, index)
+triples, and the rows a verify-input program owns.
 """
 
 from __future__ import annotations
@@ -164,3 +164,15 @@ def merge_best(s1, l1, i1, s2, l2, i2, LOG_F: tl.constexpr):
     s, lx, i = _keep_better(s1, l1, i1, tl.flip(s2, 0), tl.flip(l2, 0), tl.flip(i2, 0))
     s, lx, i = _merge(tl.reshape(s, [2] * LOG_F), tl.reshape(lx, [2] * LOG_F), tl.reshape(i, [2] * LOG_F), LOG_F, False)
     return tl.reshape(s, [f]), tl.reshape(lx, [f]), tl.reshape(i, [f])
+
+
+@triton.jit
+def request_rows(tokens_ptr, N: tl.constexpr, RB: tl.constexpr):
+    """Program (b, t)'s rows [t*RB, (t+1)*RB) of request b's N tree nodes: (b, t, r, real, row,
+    tok), ``real`` marking the rows below N, ``row`` their flat index, ``tok`` their tokens (-1 past N)."""
+    b = tl.program_id(0)
+    t = tl.program_id(1)
+    r = t * RB + tl.arange(0, RB)
+    real = r < N
+    row = b * N + r
+    return b, t, r, real, row, tl.load(tokens_ptr + row, mask=real, other=-1)

@@ -3,6 +3,8 @@
 import triton
 import triton.language as tl
 
+from repro.kernels._common_triton import request_rows
+
 
 @triton.jit(do_not_specialize=["hops"])  # one compile for every batch size (the grid carries it)
 def tree_inputs_kernel(
@@ -12,12 +14,7 @@ def tree_inputs_kernel(
     """Rows [t*RB, (t+1)*RB) of request b: input ids, positions (prefix + depth) and the rows'
     ancestor block of the flat FULL mask, built in registers (a row's own column, then one
     column per hop up its ancestors) and stored once; the prefix columns are not touched."""
-    b = tl.program_id(0)
-    t = tl.program_id(1)
-    r = t * RB + tl.arange(0, RB)
-    real = r < N
-    row = b * N + r
-    tok = tl.load(tokens_ptr + row, mask=real, other=-1)
+    b, _, r, real, row, tok = request_rows(tokens_ptr, N, RB)
     s = tl.load(lens_ptr + b).to(tl.int64)
     tl.store(ids_out + row, tl.where(tok == -1, pad_token, tok), mask=real)
     tl.store(pos_out + row, s + tl.load(depths_ptr + row, mask=real, other=0), mask=real)

@@ -4,6 +4,8 @@ batch of trees in one launch that writes each output byte once (imported lazily:
 import triton
 import triton.language as tl
 
+from repro.kernels._common_triton import request_rows
+
 
 @triton.jit
 def _fill(ptr, lo, hi, longest, value, CB: tl.constexpr):
@@ -58,12 +60,7 @@ def verify_kernel(
     positions, pointers, ancestor-mask rows and FULL-mask rows, plus a 1/(bs*T) share of the FULL
     mask's True tail (T programs per request). Each byte has one owning program, so programs never
     wait on each other; within a program, zeros are written before the ancestor ones."""
-    b = tl.program_id(0)
-    t = tl.program_id(1)
-    r = t * RB + tl.arange(0, RB)
-    real = r < N
-    row = b * N + r
-    tok = tl.load(tokens_ptr + row, mask=real, other=-1)
+    b, t, r, real, row, tok = request_rows(tokens_ptr, N, RB)
     depth = tl.load(depths_ptr + row, mask=real, other=0)
     parent = tl.load(parents_ptr + row, mask=real, other=-1).to(tl.int32)
     s = tl.load(lens_ptr + b)
