@@ -40,7 +40,7 @@ CONFIGS = {  # name: (algorithm, budget, graphs, overlap)
 }
 
 
-def _prompts(count: int, salt: int) -> list[list[int]]:
+def prompts(count: int, salt: int) -> list[list[int]]:
     """Distinct prompts of 40..100 token ids (the planted target reads only the last one)."""
     return [[(i * 131 + j * 17 + salt * 7919) % 4000 + 10 for j in range(40 + (i * 13) % 60)] for i in range(count)]
 
@@ -49,16 +49,16 @@ def _batch(url: str, bs: int, tokens: int, salt: int, planted: dict) -> dict[str
     """One batch of ``bs`` greedy requests: wall time, rounds, tokens, and how many responses
     are exactly the planted target's greedy continuation."""
     params = {"temperature": 0, "max_new_tokens": tokens, "ignore_eos": True}
-    prompts = _prompts(bs, salt)
+    batch = prompts(bs, salt)
     t0 = time.perf_counter()
-    out = harness.generate(url, prompts, params, timeout=600)
+    out = harness.generate(url, batch, params, timeout=600)
     wall = time.perf_counter() - t0
     metas = [r["meta_info"] for r in out]
     rounds = max(m.get("spec_verify_ct") or m["completion_tokens"] for m in metas)
     toks = sum(m["completion_tokens"] for m in metas)
     tau = toks / sum(m.get("spec_verify_ct") or m["completion_tokens"] for m in metas)
     exact = sum(r["output_ids"] == greedy_continuation(planted, p[-1], tokens)
-                for r, p in zip(out, prompts, strict=True))
+                for r, p in zip(out, batch, strict=True))
     return {"bs": bs, "wall_s": wall, "rounds": rounds, "tokens": toks, "tok_s": toks / wall,
             "ms_per_round": 1000 * wall / rounds, "tau": tau, "exact": exact}
 

@@ -4,7 +4,9 @@
 #
 #   bash verify/device/round.sh tests            # GPU tests of the round and the test hook: fused tail/accept, graph replay, no host sync
 #   bash verify/device/round.sh served CONFIG... # verify/bench/served_round.py: one server at a time: first requests, steady tok/s, launches per round
-#   bash verify/device/round.sh tiers            # the verify/sglang tier, its four modules side by side
+#   bash verify/device/round.sh tiers            # the verify/sglang tier, its five modules side by side
+#   bash verify/device/round.sh bench [ARGS...]  # repro bench test-h200-tp1: DDTREE B 32, DFLASH, AR at c 1 and 4,
+#                                                # 8 requests of 512 tokens per cell (ARGS go to repro bench)
 #
 # Logs and results land in $OUT (default build/device). Each stage fits one 10-minute device command.
 set -uo pipefail
@@ -13,9 +15,12 @@ MODELS=${MODELS:-/tmp/models}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 SGL="bash verify/sglang/device.sh"
-OUT=$OUT/setup $SGL -- true >"$OUT/setup.log" 2>&1 || { tail -20 "$OUT/setup.log"; exit 1; }
 stage=${1:-}
 shift || true
+case $stage in tests | served | tiers | bench) ;;
+*) echo "round.sh: stage must be tests, served, tiers or bench (got '$stage')" >&2; exit 2 ;;
+esac
+OUT=$OUT/setup $SGL -- true >"$OUT/setup.log" 2>&1 || { tail -20 "$OUT/setup.log"; exit 1; }
 case $stage in
 tests)
   $SGL -- python3 -m pytest verify/gpu/test_round_gpu.py verify/gpu/test_test_hook.py -q -rfEs -p no:cacheprovider >"$OUT/gpu_round.log" 2>&1
@@ -30,17 +35,26 @@ served)
   ;;
 tiers)
   pids=()
-  for mod in test_sglang_kernels test_ddtree_sampling test_ddtree_mla_moe test_ddtree_greedy; do
+  for mod in test_sglang_kernels test_ddtree_sampling test_ddtree_mla_moe test_ddtree_greedy test_ddtree_recording; do
     OUT=$OUT/$mod REPRO_E2E_PARALLEL=${PARALLEL:-2} timeout "${TIER_LIMIT:-560}" \
       $SGL "verify/sglang/$mod.py" -q -rfEs >"$OUT/$mod.log" 2>&1 &
     pids+=($!)
   done
   rc=0
   for p in "${pids[@]}"; do wait "$p" || rc=1; done
-  for mod in test_sglang_kernels test_ddtree_sampling test_ddtree_mla_moe test_ddtree_greedy; do
+  for mod in test_sglang_kernels test_ddtree_sampling test_ddtree_mla_moe test_ddtree_greedy test_ddtree_recording; do
     echo "== $mod"; tail -n 6 "$OUT/$mod.log"
   done
   ;;
-*) echo "round.sh: stage must be tests, served or tiers (got '$stage')" >&2; exit 2 ;;
+bench)
+  python3 -c "import json; from verify.bench.served_round import prompts
+for p in prompts(8, 0): print(json.dumps({'input_ids': p}))" >"$OUT/prompts.jsonl"
+  OUT=$OUT/bench $SGL -- python3 -m repro.cli bench test-h200-tp1 --algorithms DDTREE,DFLASH,AR --budgets 32 \
+    --concurrency 1,4 --max-new-tokens 512 --num-prompts 8 --prompts "$OUT/prompts.jsonl" --models-dir "$MODELS" \
+    --warmup 1 -o "$OUT/bench.jsonl" --start-timeout 150 --time-limit "${TIME_LIMIT:-420}" --log-dir "$OUT/logs" "$@" \
+    >"$OUT/bench.log" 2>&1
+  rc=$?
+  grep -v '^\[' "$OUT/bench.log" | tail -n 20
+  ;;
 esac
 exit $rc
