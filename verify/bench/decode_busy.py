@@ -85,16 +85,22 @@ def measure(args: argparse.Namespace) -> dict:
         if status != 200:
             msg = f"POST /start_profile returned HTTP {status}: {body[:200]!r}"
             raise RuntimeError(msg)
-        deadline = time.monotonic() + 180
-        while not (traces := sorted(trace_dir.glob("*.json.gz"))) and time.monotonic() < deadline:
-            time.sleep(1)
-    if not traces:
-        msg = f"no trace appeared in {trace_dir} within 180 s of /start_profile"
-        raise RuntimeError(msg)
-    figures = trace_busy(traces[-1])
+        trace, figures = _finished_trace(trace_dir, time.monotonic() + 180)
     return {"profile": args.profile, "algorithm": profile.label, "concurrency": args.concurrency,
-            "steps": args.steps, "start_s": start_s, "trace": str(traces[-1]),
+            "steps": args.steps, "start_s": start_s, "trace": str(trace),
             "ms_per_step": figures["window_ms"] / args.steps, **figures}
+
+
+def _finished_trace(trace_dir: Path, deadline: float) -> tuple[Path, dict[str, float]]:
+    """The trace SGLang writes into ``trace_dir`` and its figures, once the file reads whole
+    (it appears before the profiler has finished writing it; the server must stay up till then)."""
+    while time.monotonic() < deadline:
+        for trace in sorted(trace_dir.glob("*.json.gz"), reverse=True):
+            with suppress(EOFError, OSError, json.JSONDecodeError):
+                return trace, trace_busy(trace)
+        time.sleep(1)
+    msg = f"no whole trace in {trace_dir} within 180 s of /start_profile"
+    raise RuntimeError(msg)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,6 +23,7 @@ import datetime as dt
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Iterable
@@ -143,7 +144,9 @@ def main(argv: list[str] | None = None) -> int:
             result["rows"].append(_time_forward(runner, make_reqs, bs, n, args.reps))
             print(json.dumps(result["rows"][-1]), flush=True)
             args.out.write_text(json.dumps(result, indent=1) + "\n")
-    _draw(result, args.out.with_suffix(".png"))
+    # Drawn by a fresh interpreter: SGLang, loaded here, leaves a module named IPython without
+    # get_ipython in sys.modules, on which pyplot's first figure fails.
+    subprocess.run([sys.executable, "-m", "verify.bench.verify_cost", "--replot", str(args.out)], check=False)
     return 0
 
 

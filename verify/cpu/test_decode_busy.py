@@ -45,3 +45,27 @@ class TestTraceBusy:
         """A profile name that profiles.toml lacks exits 2 before starting anything."""
         assert decode_busy.main(["no-such-profile"]) == 2
         assert "PROFILE must be one of" in capsys.readouterr().err
+
+
+class TestFinishedTrace:
+    def test_a_trace_still_being_written_is_waited_for(self, tmp_path, monkeypatch):
+        """SGLang's trace file appears before it is whole: a truncated gzip is passed over until
+        the profiler finishes it (the server must stay up till then)."""
+        whole = gzip.compress(json.dumps({"traceEvents": [_kernel(0, 40), _kernel(50, 50)]}).encode())
+        path = tmp_path / "1-TP-0.trace.json.gz"
+        path.write_bytes(whole[: len(whole) // 2])
+        sleeps = []
+
+        def finish(_s):
+            sleeps.append(_s)
+            path.write_bytes(whole)
+
+        monkeypatch.setattr(decode_busy.time, "sleep", finish)
+        trace, figures = decode_busy._finished_trace(tmp_path, decode_busy.time.monotonic() + 60)
+        assert (trace, figures["busy_fraction"], len(sleeps)) == (path, pytest.approx(0.9), 1)
+
+    def test_no_whole_trace_before_the_deadline_is_an_error(self, tmp_path):
+        """Nothing readable by the deadline: one error naming the directory."""
+        (tmp_path / "x.json.gz").write_bytes(b"\x1f\x8b\x08")
+        with pytest.raises(RuntimeError, match=f"no whole trace in {tmp_path}"):
+            decode_busy._finished_trace(tmp_path, decode_busy.time.monotonic() - 1)
