@@ -10,6 +10,20 @@ their ids as ``local id + id_offset``. ``lse`` is the logsumexp of the whole row
 Vocab shards (tensor parallel): call it on each rank's slice with ``id_offset`` = the shard start;
 the ids are global, so ``repro.ddtree.merge_topk`` combines the shards' (logits, ids, lse).
 
+How it computes (two launches):
+
+- ``stream_kernel`` reads the logits once, bf16 as int32 words of two tokens, 4 tiles in flight
+  through Triton's software pipeline; per program it writes the lse partials and one 16-bit order
+  key per group of 32 tokens (the group's maximum). It signals its dependents as it starts.
+- ``select_kernel`` (launched dependent, waits for the keys) merges the lse; finds the largest
+  key that K super keys (maxima of 8 group keys) reach by a 17-ary search, one ``tl.histogram`` of
+  16 pivots per round (3 rounds on random rows); lists the groups that reach it; gathers each
+  listed group's maximum straight into its slot, then the further tokens that reach the
+  threshold; sorts the candidates as int32 keys (value, then id; int64 outside bf16); reads its
+  own list and candidates through L1.
+- Below ``TopKConfig.split_rows`` rows (bs < 5) the select is split: the threshold per row, then
+  ``gather_kernel`` over several programs per row, the last of which sorts.
+
 The caller rejects NaN and +inf (``repro.ddtree.build_trees(check_finite=True)``); the kernel does
 not check. Triton is imported on the first call, so CPU-only installs import this module freely.
 Under ``TRITON_INTERPRET=1`` it also runs on CPU tensors (slowly; small shapes only).
