@@ -2,7 +2,8 @@
 
 It gathers the verify tiers that ran and why the others were skipped (pytest ``--junitxml``
 files), the stack fingerprint of the machine each benchmark ran on, the benchmark summary, the
-verdicts against each profile's thresholds, TP vs TP+EP throughput, and three plots.
+verdicts against each profile's thresholds, TP vs TP+EP throughput, what τ and the measured
+verify cost allow on the full-size targets beside what was served (``--verify-cost``), and plots.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from repro.evidence.results import HEADERS, format_table, read_records, results_
 from repro.evidence.verdicts import FAIL, judge, tp_ep_points
 from repro.files import write_atomic
 from repro.serving.profiles import Profile, load_profiles, load_thresholds
+from repro.tuning import bound
 from repro.tuning.recommend import render as render_tune
 
 PLOTS = {"speedup_vs_budget.png": "DDTree speedup over AR vs budget (DFLASH dashed)",
@@ -37,6 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output-dir", type=Path, required=True)
     parser.add_argument("--tiers", nargs="+", type=Path, default=[], metavar="JUNIT_XML",
                         help="pytest --junitxml files of the verify run(s)")
+    parser.add_argument("--verify-cost", nargs="+", type=Path, default=[], metavar="JSON",
+                        help="verify/bench/verify_cost.py results of full-size targets")
     parser.add_argument("--profile-file", type=Path, default=None, help="another profiles.toml")
     parser.add_argument("--thresholds-file", type=Path, default=None,
                         help="another thresholds.toml")
@@ -172,6 +176,17 @@ def _markdown(data: dict[str, Any], summaries: list[Any]) -> str:
                                  "TP/EP"), rows, markdown=True))
     else:
         out.append("No cell was measured on both a TP and a TP+EP profile of one machine.")
+    out += ["", "## Verify cost and what it allows", ""]
+    if data["verify_cost"]:
+        out.append("The GPU-bound limit of each algorithm (`repro.tuning.bound`: a round is the drafter at its "
+                   "HBM floor plus the verify at N, host cost left out), beside the served ratio.")
+        for section in data["verify_cost"]:
+            caption = f"{section['model']}: verify cost against N"
+            note = section["figure_note"]
+            out += ["", *bound.markdown(section), "", f"![{caption}](verify_cost_{section['model']}.png)"
+                    if note is None else f"- {caption}: not drawn, {note}"]
+    else:
+        out.append("No verify-cost result was given (`--verify-cost`).")
     out += tune_markdown(data["tune"])
     out += ["", "## Plots", ""]
     for name, caption in PLOTS.items():
@@ -182,10 +197,10 @@ def _markdown(data: dict[str, Any], summaries: list[Any]) -> str:
 
 def main(args: argparse.Namespace) -> int:
     """Write report.md, report.json and the plots into ``--output-dir``."""
-    if not args.results and not args.tiers:
-        msg = "give RESULTS files or directories, --tiers JUNIT_XML, or both"
+    if not args.results and not args.tiers and not args.verify_cost:
+        msg = "give RESULTS files or directories, --tiers JUNIT_XML or --verify-cost JSON"
         raise UsageError(msg)
-    missing = [p for p in [*args.results, *args.tiers] if not p.exists()]
+    missing = [p for p in [*args.results, *args.tiers, *args.verify_cost] if not p.exists()]
     if missing:
         msg = f"{missing[0]} does not exist"
         raise UsageError(msg)
@@ -200,8 +215,14 @@ def main(args: argparse.Namespace) -> int:
     verdicts = judge(summaries, profiles, load_thresholds(args.thresholds_file))
     points = tp_ep_points(summaries, profiles)
     tunes = tune_results(records)
+    costs = [bound.allowed(p) for p in args.verify_cost]
+    for section in costs:
+        bound.add_measured(section, summaries, {name: p.model for name, p in profiles.items()})
     out_dir = args.output_dir
     out_dir.mkdir(parents=True, exist_ok=True)
+    for section in costs:
+        section["figure_note"] = plots.verify_cost_vs_tokens(
+            section["cost_rows"], out_dir / f"verify_cost_{section['model']}.png", title=section["model"])
     drawn = {name: draw(out_dir / name) for name, draw in {
         "speedup_vs_budget.png": lambda path: plots.speedup_vs_budget(summaries, path),
         "tau_histogram.png": lambda path: plots.tau_histogram(summaries, path),
@@ -220,6 +241,7 @@ def main(args: argparse.Namespace) -> int:
         "summaries": [{**asdict(s.cell), **{k: v for k, v in asdict(s).items() if k != "cell"}}
                       for s in summaries],
         "tp_vs_ep": [{**asdict(p), "ratio": p.ratio} for p in points], "plots": drawn, "tune": tunes,
+        "verify_cost": costs,
     }
     write_atomic(out_dir / "report.json", json.dumps(data, indent=2, default=str) + "\n")
     write_atomic(out_dir / "report.md", _markdown(data, summaries) + "\n")

@@ -16,7 +16,7 @@
 #                                   # stops starting servers after TIME_LIMIT s (exit 3): run the same
 #                                   # phase again (it resumes) until it exits 0. NUM_PROMPTS (16)
 #                                   # requests of 256 tokens per cell
-#   bash verify/device/fullsize.sh report                 # repro report -> $OUT/fullsize-report
+#   bash verify/device/fullsize.sh report                 # repro report (bench + verify cost) -> $OUT/fullsize-report
 #
 # Every phase fits one 10-minute device command (inner timeouts at 570 s). Each phase runs setup's
 # steps it needs again (they are idempotent and take seconds on a warm machine), so any phase can
@@ -82,10 +82,10 @@ bench)
   rc=${PIPESTATUS[0]}
   ;;
 report)
-  timeout 300 python3 -m repro.cli report "$OUT"/fullsize-*.jsonl -o "$OUT/fullsize-report" 2>&1 | tail -5 \
-    | tee "$OUT/report.log"
+  costs=$(ls "$OUT"/verify_cost_*.json 2>/dev/null)
+  timeout 300 python3 -m repro.cli report "$OUT"/fullsize-*.jsonl ${costs:+--verify-cost $costs} \
+    -o "$OUT/fullsize-report" 2>&1 | tail -5 | tee "$OUT/report.log"
   rc=${PIPESTATUS[0]}
-  for f in "$OUT"/verify_cost_*.json; do [ -f "$f" ] && python3 -m verify.bench.verify_cost --replot "$f"; done
   ;;
 esac
 log "$phase $name: exit $rc"
