@@ -18,18 +18,22 @@ from __future__ import annotations
 import json
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from repro.errors import UsageError
-from repro.testmodels import fullsize
 from repro.tuning.costs import interpolate
+
+if TYPE_CHECKING:
+    from repro.testmodels.fullsize import FullSizeModel
 
 COPY_TB_S = 4.20
 """The H200's measured HBM copy rate, TB/s (docs/PERFORMANCE.md, fused top-K)."""
 
 
-def drafter_ms(model: fullsize.FullSizeModel, copy_tb_s: float = COPY_TB_S) -> float:
+def drafter_ms(model: FullSizeModel, copy_tb_s: float = COPY_TB_S) -> float:
     """The drafter forward at its HBM floor: its own weights plus the target's LM head."""
+    from repro.testmodels import fullsize  # torch: only when a verify-cost result is read
+
     head = model.target["vocab_size"] * model.target["hidden_size"] * 2
     return (fullsize.weight_bytes(model.drafter) + head) / (copy_tb_s * 1e12) * 1e3
 
@@ -62,6 +66,8 @@ def bound(rows: list[dict[str, Any]], taus: dict[str, float], block: int, draft_
 def allowed(path: Path, copy_tb_s: float = COPY_TB_S) -> dict[str, Any]:
     """The bound of one verify_cost JSON: its target, the drafter's cost and the rows of
     :func:`bound`; a UsageError (one line) for a file that is not a full-size target's result."""
+    from repro.testmodels import fullsize
+
     try:
         result = json.loads(path.read_text())
         model = fullsize.load_model(result["model"])
