@@ -9,6 +9,10 @@ sends ``--concurrency`` long greedy requests and, once they decode, asks ``/star
 busy time is the union of the kernel and memcpy/memset intervals, the window runs from the first
 to the last of them, and busy / window is the fraction of the decode the GPU worked (the issue's
 acceptance asks >= 0.8 for AR). ms per step is the window over the steps.
+
+``--with-stack`` also records Python stacks and adds where the host's time goes: per step, the
+launches and CPU ops (``served_round.trace_counts``) and the inclusive time of the most expensive
+Python functions (``trace_functions``); ``--profile-file`` serves a variant of the profiles.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from contextlib import suppress
 from pathlib import Path
 
 from repro.errors import ReproError, UsageError
+from verify.bench.served_round import trace_counts
 from verify.bench.verify_cost import busy_time
 
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -46,6 +51,19 @@ def trace_busy(path: Path) -> dict[str, float]:
             "kernels": len(spans)}
 
 
+def trace_functions(path: Path, steps: int, top: int = 30) -> dict[str, float]:
+    """Inclusive host ms per step of the ``top`` most expensive Python functions of a trace
+    recorded with stacks (``python_function`` events; a recursive function counts each level)."""
+    with gzip.open(path, "rt") if path.suffix == ".gz" else path.open() as f:
+        events = json.load(f)["traceEvents"]
+    total: dict[str, float] = {}
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") == "python_function":
+            total[e.get("name", "?")] = total.get(e.get("name", "?"), 0.0) + float(e.get("dur", 0.0))
+    ranked = sorted(total.items(), key=lambda kv: -kv[1])[:top]
+    return {name: round(us / 1e3 / steps, 4) for name, us in ranked}
+
+
 def _post(port: int, path: str, body: dict) -> tuple[int, bytes]:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
     try:
@@ -61,12 +79,12 @@ def measure(args: argparse.Namespace) -> dict:
     from repro.serving.profiles import get_profile, models_dir
     from repro.serving.sglang_server import SGLangServer, free_port
 
-    profile = get_profile(args.profile).with_algorithm(args.algorithm)
+    profile = get_profile(args.profile, args.profile_file).with_algorithm(args.algorithm)
     trace_dir = (args.out.parent / f"trace-{args.profile}-{args.algorithm}").resolve()
     trace_dir.mkdir(parents=True, exist_ok=True)
     profile = dataclasses.replace(profile, env={**profile.env, "SGLANG_TORCH_PROFILER_DIR": str(trace_dir)})
     port = free_port()
-    prompt = [(17 * i) % 5000 + 10 for i in range(256)]
+    prompt = [(17 * i) % 4000 + 10 for i in range(256)]  # inside every served vocabulary (the 4-layer: 4096)
     payload = {"input_ids": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": args.max_new_tokens,
                                                         "ignore_eos": True}}
     with SGLangServer(profile, port=port, models_root=models_dir(args.models_dir),
@@ -81,14 +99,16 @@ def measure(args: argparse.Namespace) -> dict:
             t.start()
         time.sleep(args.settle)  # past the prefill, into steady decoding
         status, body = _post(port, "/start_profile", {"output_dir": str(trace_dir), "num_steps": args.steps,
-                                                      "activities": ["CPU", "GPU"]})
+                                                      "activities": ["CPU", "GPU"], "with_stack": args.with_stack})
         if status != 200:
             msg = f"POST /start_profile returned HTTP {status}: {body[:200]!r}"
             raise RuntimeError(msg)
         trace, figures = _finished_trace(trace_dir, time.monotonic() + 180)
+    host = {"host": trace_counts(trace, args.steps), "functions": trace_functions(trace, args.steps)} \
+        if args.with_stack else {}
     return {"profile": args.profile, "algorithm": profile.label, "concurrency": args.concurrency,
             "steps": args.steps, "start_s": start_s, "trace": str(trace),
-            "ms_per_step": figures["window_ms"] / args.steps, **figures}
+            "ms_per_step": figures["window_ms"] / args.steps, **figures, **host}
 
 
 def _finished_trace(trace_dir: Path, deadline: float) -> tuple[Path, dict[str, float]]:
@@ -113,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--settle", type=float, default=5.0, help="seconds of decoding before profiling")
     p.add_argument("--max-new-tokens", type=int, default=2048)
     p.add_argument("--models-dir", type=Path, default=None)
+    p.add_argument("--profile-file", type=Path, default=None, help="another profiles.toml")
+    p.add_argument("--with-stack", action="store_true", help="also where the host's time goes (Python stacks)")
     p.add_argument("--out", type=Path, default=Path("results/decode_busy.json"))
     p.add_argument("--trace", type=Path, metavar="TRACE", help="only read the figures of a saved trace")
     args = p.parse_args(argv)

@@ -69,3 +69,14 @@ class TestFinishedTrace:
         (tmp_path / "x.json.gz").write_bytes(b"\x1f\x8b\x08")
         with pytest.raises(RuntimeError, match=f"no whole trace in {tmp_path}"):
             decode_busy._finished_trace(tmp_path, decode_busy.time.monotonic() - 1)
+
+
+class TestTraceFunctions:
+    def test_inclusive_time_per_function_per_step_most_expensive_first(self, tmp_path):
+        """python_function events add up per name (over the steps, in ms); other events do not count."""
+        events = [{"ph": "X", "cat": "python_function", "name": "a.py(1): round", "ts": 0, "dur": 3000},
+                  {"ph": "X", "cat": "python_function", "name": "b.py(9): prepare", "ts": 10, "dur": 1000},
+                  {"ph": "X", "cat": "python_function", "name": "a.py(1): round", "ts": 5000, "dur": 3000},
+                  {"ph": "X", "cat": "cpu_op", "name": "aten::copy_", "ts": 20, "dur": 9000}]
+        got = decode_busy.trace_functions(_trace(tmp_path / "t.json.gz", events), steps=2)
+        assert list(got.items()) == [("a.py(1): round", 3.0), ("b.py(9): prepare", 0.5)]

@@ -7,6 +7,9 @@
 #   bash verify/device/round.sh tiers            # the verify/sglang tier, its five modules side by side
 #   bash verify/device/round.sh bench [ARGS...]  # repro bench test-h200-tp1: DDTREE B 32, DFLASH, AR at c 1 and 4,
 #                                                # 8 requests of 512 tokens per cell (ARGS go to repro bench)
+#   bash verify/device/round.sh host [ALGO...]   # where the host's time goes in a served round of test-h200-tp1
+#                                                # (decode_busy --with-stack; DDTREE DFLASH AR by default)
+#   NORADIX=1 before bench or host: test-h200-tp1 with the radix cache off (a profiles.toml variant)
 #
 # Logs and results land in $OUT (default build/device). Each stage fits one 10-minute device command.
 set -uo pipefail
@@ -17,10 +20,16 @@ export PYTHONUNBUFFERED=1
 SGL="bash verify/sglang/device.sh"
 stage=${1:-}
 shift || true
-case $stage in tests | served | tiers | bench) ;;
-*) echo "round.sh: stage must be tests, served, tiers or bench (got '$stage')" >&2; exit 2 ;;
+case $stage in tests | served | tiers | bench | host) ;;
+*) echo "round.sh: stage must be tests, served, tiers, bench or host (got '$stage')" >&2; exit 2 ;;
 esac
 OUT=$OUT/setup $SGL -- true >"$OUT/setup.log" 2>&1 || { tail -20 "$OUT/setup.log"; exit 1; }
+variant=()
+if [ -n "${NORADIX:-}" ]; then  # bench, host: the shipped profiles with test-h200-tp1's radix cache off
+  sed '/^\[profiles.test-h200-tp1\]/,/^sglang = /s/^sglang = { /sglang = { disable-radix-cache = true, /' \
+    repro/data/profiles.toml >"$OUT/profiles-noradix.toml"
+  variant=(--profile-file "$OUT/profiles-noradix.toml")
+fi
 case $stage in
 tests)
   $SGL -- python3 -m pytest verify/gpu/test_round_gpu.py verify/gpu/test_test_hook.py -q -rfEs -p no:cacheprovider >"$OUT/gpu_round.log" 2>&1
@@ -51,10 +60,18 @@ bench)
 for p in prompts(8, 0): print(json.dumps({'input_ids': p}))" >"$OUT/prompts.jsonl"
   OUT=$OUT/bench $SGL -- python3 -m repro.cli bench test-h200-tp1 --algorithms DDTREE,DFLASH,AR --budgets 32 \
     --concurrency 1,4 --max-new-tokens 512 --num-prompts 8 --prompts "$OUT/prompts.jsonl" --models-dir "$MODELS" \
-    --warmup 1 -o "$OUT/bench.jsonl" --start-timeout 300 --time-limit "${TIME_LIMIT:-420}" --log-dir "$OUT/logs" "$@" \
+    --warmup 1 -o "$OUT/bench${NORADIX:+-noradix}.jsonl" --start-timeout 300 --time-limit "${TIME_LIMIT:-420}" --log-dir "$OUT/logs" "${variant[@]}" "$@" \
     >"$OUT/bench.log" 2>&1
   rc=$?
   grep -v '^\[' "$OUT/bench.log" | tail -n 20
+  ;;
+host)
+  rc=0
+  for algo in ${@:-DDTREE DFLASH AR}; do
+    OUT=$OUT/host $SGL -- python3 -m verify.bench.decode_busy test-h200-tp1 --algorithm "$algo" --with-stack \
+      --models-dir "$MODELS" "${variant[@]}" --out "$OUT/host-$algo${NORADIX:+-noradix}.json" >>"$OUT/host.log" 2>&1 || rc=1
+  done
+  tail -n 5 "$OUT/host.log"
   ;;
 esac
 exit $rc
