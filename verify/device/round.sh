@@ -8,7 +8,8 @@
 #   bash verify/device/round.sh bench [ARGS...]  # repro bench test-h200-tp1: DDTREE B 32, DFLASH, AR at c 1 and 4,
 #                                                # 8 requests of 512 tokens per cell (ARGS go to repro bench)
 #   bash verify/device/round.sh host [ALGO...]   # where the host's time goes in a served round of test-h200-tp1
-#                                                # (decode_busy --with-stack; DDTREE DFLASH AR by default)
+#                                                # (decode_busy --with-stack, profiled 1 s into a 3,800-token request;
+#                                                # DDTREE DFLASH AR by default)
 #   NORADIX=1 before bench or host: test-h200-tp1 with the radix cache off (a profiles.toml variant)
 #
 # Logs and results land in $OUT (default build/device). Each stage fits one 10-minute device command.
@@ -68,7 +69,7 @@ for p in prompts(8, 0): print(json.dumps({'input_ids': p}))" >"$OUT/prompts.json
 host)
   rc=0
   for algo in ${@:-DDTREE DFLASH AR}; do
-    OUT=$OUT/host $SGL -- python3 -m verify.bench.decode_busy test-h200-tp1 --algorithm "$algo" --with-stack \
+    OUT=$OUT/host $SGL -- python3 -m verify.bench.decode_busy test-h200-tp1 --algorithm "$algo" --with-stack --settle 1 --max-new-tokens 3800 \
       --models-dir "$MODELS" "${variant[@]}" --out "$OUT/host-$algo${NORADIX:+-noradix}.json" >>"$OUT/host.log" 2>&1 || rc=1
   done
   tail -n 5 "$OUT/host.log"
