@@ -98,12 +98,13 @@ def measure(args: argparse.Namespace) -> dict:
         for t in threads:
             t.start()
         time.sleep(args.settle)  # past the prefill, into steady decoding
+        earlier = set(trace_dir.glob("*.json.gz"))  # an earlier run's traces in the same directory
         status, body = _post(port, "/start_profile", {"output_dir": str(trace_dir), "num_steps": args.steps,
                                                       "activities": ["CPU", "GPU"], "with_stack": args.with_stack})
         if status != 200:
             msg = f"POST /start_profile returned HTTP {status}: {body[:200]!r}"
             raise RuntimeError(msg)
-        trace, figures = _finished_trace(trace_dir, time.monotonic() + 180)
+        trace, figures = _finished_trace(trace_dir, time.monotonic() + 180, earlier)
     host = {"host": trace_counts(trace, args.steps), "functions": trace_functions(trace, args.steps)} \
         if args.with_stack else {}
     return {"profile": args.profile, "algorithm": profile.label, "concurrency": args.concurrency,
@@ -111,11 +112,12 @@ def measure(args: argparse.Namespace) -> dict:
             "ms_per_step": figures["window_ms"] / args.steps, **figures, **host}
 
 
-def _finished_trace(trace_dir: Path, deadline: float) -> tuple[Path, dict[str, float]]:
-    """The trace SGLang writes into ``trace_dir`` and its figures, once the file reads whole
-    (it appears before the profiler has finished writing it; the server must stay up till then)."""
+def _finished_trace(trace_dir: Path, deadline: float, earlier: set[Path] = frozenset()) -> tuple[Path, dict[str, float]]:
+    """The trace SGLang writes into ``trace_dir`` (not one of ``earlier``) and its figures, once
+    the file reads whole (it appears before the profiler has finished writing it; the server must
+    stay up till then)."""
     while time.monotonic() < deadline:
-        for trace in sorted(trace_dir.glob("*.json.gz"), reverse=True):
+        for trace in sorted(set(trace_dir.glob("*.json.gz")) - earlier, reverse=True):
             with suppress(EOFError, OSError, json.JSONDecodeError):
                 return trace, trace_busy(trace)
         time.sleep(1)

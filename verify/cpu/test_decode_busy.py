@@ -64,6 +64,14 @@ class TestFinishedTrace:
         trace, figures = decode_busy._finished_trace(tmp_path, decode_busy.time.monotonic() + 60)
         assert (trace, figures["busy_fraction"], len(sleeps)) == (path, pytest.approx(0.9), 1)
 
+    def test_an_earlier_runs_trace_is_not_taken(self, tmp_path, monkeypatch):
+        """A whole trace left by an earlier run is passed over for the one this run writes."""
+        old = _trace(tmp_path / "1-TP-0.trace.json.gz", [_kernel(0, 10), _kernel(90, 10)])
+        new = tmp_path / "2-TP-0.trace.json.gz"
+        monkeypatch.setattr(decode_busy.time, "sleep", lambda _s: _trace(new, [_kernel(0, 50), _kernel(50, 50)]))
+        trace, figures = decode_busy._finished_trace(tmp_path, decode_busy.time.monotonic() + 60, {old})
+        assert (trace, figures["busy_fraction"]) == (new, 1.0)
+
     def test_no_whole_trace_before_the_deadline_is_an_error(self, tmp_path):
         """Nothing readable by the deadline: one error naming the directory."""
         (tmp_path / "x.json.gz").write_bytes(b"\x1f\x8b\x08")
