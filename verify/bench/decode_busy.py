@@ -11,7 +11,7 @@ to the last of them, and busy / window is the fraction of the decode the GPU wor
 acceptance asks >= 0.8 for AR). ms per step is the window over the steps.
 
 ``--with-stack`` also records Python stacks and adds where the host's time goes: per step, the
-launches and CPU ops (``served_round.trace_counts``) and the inclusive time of the most expensive
+launches and CPU ops (``served_round.counts_of``) and the inclusive time of the most expensive
 Python functions (``trace_functions``); ``--profile-file`` serves a variant of the profiles.
 """
 
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import gzip
 import http.client
 import json
 import sys
@@ -29,7 +28,7 @@ from contextlib import suppress
 from pathlib import Path
 
 from repro.errors import ReproError, UsageError
-from verify.bench.served_round import trace_counts
+from verify.bench.served_round import counts_of, read_trace
 from verify.bench.verify_cost import busy_time
 
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -37,9 +36,10 @@ GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 
 def trace_busy(path: Path) -> dict[str, float]:
     """GPU busy time, window (both ms) and their ratio in a (gzipped) Chrome trace."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt") as f:
-        events = json.load(f)["traceEvents"]
+    return _busy_of(read_trace(path), path)
+
+
+def _busy_of(events: list[dict], path: Path) -> dict[str, float]:
     spans = [(float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0))) for e in events
              if e.get("ph") == "X" and e.get("cat") in GPU_CATEGORIES]
     if not spans:
@@ -54,8 +54,10 @@ def trace_busy(path: Path) -> dict[str, float]:
 def trace_functions(path: Path, steps: int, top: int = 30) -> dict[str, float]:
     """Inclusive host ms per step of the ``top`` most expensive Python functions of a trace
     recorded with stacks (``python_function`` events; a recursive function counts each level)."""
-    with gzip.open(path, "rt") if path.suffix == ".gz" else path.open() as f:
-        events = json.load(f)["traceEvents"]
+    return _functions_of(read_trace(path), steps, top)
+
+
+def _functions_of(events: list[dict], steps: int, top: int = 30) -> dict[str, float]:
     total: dict[str, float] = {}
     for e in events:
         if e.get("ph") == "X" and e.get("cat") == "python_function":
@@ -105,7 +107,8 @@ def measure(args: argparse.Namespace) -> dict:
             msg = f"POST /start_profile returned HTTP {status}: {body[:200]!r}"
             raise RuntimeError(msg)
         trace, figures = _finished_trace(trace_dir, time.monotonic() + 180, earlier)
-    host = {"host": trace_counts(trace, args.steps), "functions": trace_functions(trace, args.steps)} \
+    events = read_trace(trace) if args.with_stack else []  # read once for both host breakdowns
+    host = {"host": counts_of(events, args.steps), "functions": _functions_of(events, args.steps)} \
         if args.with_stack else {}
     return {"profile": args.profile, "algorithm": profile.label, "concurrency": args.concurrency,
             "steps": args.steps, "start_s": start_s, "trace": str(trace),

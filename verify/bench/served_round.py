@@ -69,11 +69,20 @@ def _post(url: str, path: str, body: dict) -> None:
     urllib.request.build_opener(urllib.request.ProxyHandler({})).open(req, timeout=120).read()
 
 
+def read_trace(trace: Path) -> list[dict[str, Any]]:
+    """The events of a torch-profiler Chrome trace, gzipped or not."""
+    data = json.loads(gzip.decompress(trace.read_bytes()) if trace.suffix == ".gz" else trace.read_bytes())
+    return data.get("traceEvents", data) if isinstance(data, dict) else data
+
+
 def trace_counts(trace: Path, steps: int, top: int = 40) -> dict[str, Any]:
-    """Per-round host launches, CPU ops, GPU kernels and GPU busy ms from a torch-profiler trace,
-    plus the most frequent CPU ops (count and total host µs per round)."""
-    events = json.loads(gzip.decompress(trace.read_bytes()) if trace.suffix == ".gz" else trace.read_bytes())
-    events = events.get("traceEvents", events)
+    """:func:`counts_of` the events of a trace file."""
+    return counts_of(read_trace(trace), steps, top)
+
+
+def counts_of(events: list[dict[str, Any]], steps: int, top: int = 40) -> dict[str, Any]:
+    """Per-round host launches, CPU ops, GPU kernels and GPU busy ms of a torch-profiler trace's
+    events, plus the most frequent CPU ops (count and total host µs per round)."""
     runtime = [e for e in events if e.get("cat") == "cuda_runtime"]
     launches = sum(1 for e in runtime if "Launch" in e.get("name", ""))
     graph_launches = sum(1 for e in runtime if "GraphLaunch" in e.get("name", ""))
