@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from repro.testmodels.planted import greedy_continuation
+from verify.bench.verify_cost import busy_time
 from verify.sglang import harness
 
 CONFIGS = {  # name: (algorithm, budget, graphs, overlap)
@@ -86,12 +87,8 @@ def counts_of(events: list[dict[str, Any]], steps: int, top: int = 40) -> dict[s
     runtime = [e for e in events if e.get("cat") == "cuda_runtime"]
     launches = sum(1 for e in runtime if "Launch" in e.get("name", ""))
     graph_launches = sum(1 for e in runtime if "GraphLaunch" in e.get("name", ""))
-    kernels = sorted((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))) for e in events if e.get("cat") == "kernel")
-    busy, end = 0.0, float("-inf")
-    for a, b in kernels:  # union of kernel intervals (concurrent streams count once)
-        if b > end:
-            busy += b - max(a, end)
-            end = b
+    kernels = [(float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))) for e in events if e.get("cat") == "kernel"]
+    busy = busy_time(kernels)  # concurrent streams count once
     ops: dict[str, list[float]] = {}
     for e in events:
         if e.get("cat") == "cpu_op":
