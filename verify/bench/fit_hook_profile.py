@@ -109,8 +109,12 @@ def targets(profile: dict[str, Any]) -> dict[str, float]:
 
 
 def budgets_of(profile: dict[str, Any]) -> list[int]:
-    """The budgets the profile is fitted at, else (informational) 16..512."""
-    return sorted(int(b) for b in profile["fit"].get("ddtree", {})) or [16, 32, 64, 128, 256, 512]
+    """The budgets the profile is fitted at, else (informational) 16..512, each with the budget
+    one below it (informational): B + 1 = a power of two fills the verify's row tiles, so on a
+    dense target B 63 verifies up to 13% cheaper than B 64 (docs/PERFORMANCE.md) for τ within
+    about 1%, and ``repro.tuning.bound`` weighs both."""
+    fitted = sorted(int(b) for b in profile["fit"].get("ddtree", {})) or [16, 32, 64, 128, 256, 512]
+    return sorted({*fitted, *(b - 1 for b in fitted if b > 1)})
 
 
 def misses(achieved: dict[str, float], want: dict[str, float], tolerance: float) -> list[str]:

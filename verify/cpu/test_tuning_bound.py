@@ -47,6 +47,25 @@ class TestBound:
         assert max(ddtree, key=lambda r: r["tok_per_ms"])["budget"] == 32
         assert _row(rows, 1, "DFLASH")["round_ms"] == pytest.approx(1.0 + 1.0 + 0.32)
 
+    def test_a_full_row_tile_makes_the_budget_below_a_power_of_two_win(self):
+        """A verify that steps up once N passes 64 (a second row tile, as the dense target's does):
+        B 63 (N 64) beats B 64 (N 65) although its τ is a little lower."""
+        taus = {"dflash": 4.0, "63": 6.45, "64": 6.5}
+        rows = bound.bound(_rows(lambda bs, n: 5.0 if n <= 64 else 5.5), taus, block=16, draft_ms=0.5)
+        ddtree = [r for r in rows if r["bs"] == 1 and r["algorithm"] == "DDTREE"]
+        assert [(r["budget"], r["n"]) for r in ddtree] == [(63, 64), (64, 65)]
+        assert max(ddtree, key=lambda r: r["tok_per_ms"])["budget"] == 63
+
+    def test_the_fit_record_has_each_budget_and_the_one_below_it(self):
+        """drafter_profiles_fit.json's τ, which the bound reads, covers B and B - 1 for every budget
+        of the paper profile (16..512), and B - 1 accepts no more than B."""
+        model = fullsize.load_model("qwen3-8b")
+        tau = json.loads((Path(bound.__file__).parents[1] / "data" / "drafter_profiles_fit.json").read_text())[
+            "profiles"][model.hook_profile]["check"]["tau"]
+        budgets = [16, 32, 64, 128, 256, 512]
+        assert set(tau) == {"dflash", *(str(b) for b in budgets), *(str(b - 1) for b in budgets)}
+        assert all(tau[str(b - 1)] <= tau[str(b)] for b in budgets)
+
     def test_a_curve_short_of_the_budget_is_an_error(self):
         """Rows that stop before N = B + 1 name the batch size and the span."""
         rows = [{"bs": 1, "n": n, "gpu_busy_ms": 1.0} for n in (1, 16, 33)]
