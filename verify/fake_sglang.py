@@ -124,7 +124,7 @@ class Handler(BaseHTTPRequestHandler):
         params = req.get("sampling_params") or {}
         max_new = int(params.get("max_new_tokens", 16))
         temperature = float(params.get("temperature", 1.0))
-        rid = f"fake-{next(self.counter)}"
+        rid = req.get("rid") or f"fake-{next(self.counter)}"  # SGLang keeps a client's request id
         events = self._decode(rid, ids, max_new, temperature)
         if not req.get("stream"):
             *_, last = events

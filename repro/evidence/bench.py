@@ -12,6 +12,7 @@ whose cells were measured with another server command, models or prompts (``repr
 from __future__ import annotations
 
 import argparse
+import hashlib
 import sys
 import threading
 import time
@@ -121,10 +122,19 @@ class Job:
     config: dict[str, str]
     info: dict[str, Any] | None = None
 
-    def payload(self, index: int, temperature: float, max_new: int) -> dict[str, Any]:
-        """The ``/generate`` body of prompt ``index`` (prompts repeat past the set's end)."""
-        return {**self.inputs[index % len(self.inputs)], "sampling_params": {
+    def payload(self, index: int, temperature: float, max_new: int, rid: str | None = None) -> dict[str, Any]:
+        """The ``/generate`` body of prompt ``index`` (prompts repeat past the set's end), with
+        the request id ``rid`` when given."""
+        return {**self.inputs[index % len(self.inputs)], **({"rid": rid} if rid else {}), "sampling_params": {
             "temperature": temperature, "max_new_tokens": max_new, "ignore_eos": True}}
+
+
+def request_id(cell: Cell, session: str, index: int) -> str:
+    """The id a measured request is sent with: ``PROMPTS/SESSION-CELL-INDEX``. An acceptance
+    recording keys its rounds by it (the prompt set before the ``/``, :func:`repro.tuning.recording.prompts_of`),
+    so `repro tune` keeps only the rounds of the cells it analyses (not warm-up, not another T)."""
+    digest = hashlib.sha256(cell.key.encode()).hexdigest()[:10]
+    return f"{cell.prompts.replace('/', '_')}/{session[:12]}-{digest}-{index}"
 
 
 def _variants(profile: Profile, algorithms: list[str], budgets: list[int]) -> list[Profile]:
@@ -206,17 +216,16 @@ class Runner:
                     if not queue:
                         return
                     index = queue.popleft()
-                start = time.time()
+                start, rid = time.time(), request_id(cell, self.session, index)
                 try:
-                    done = client.generate(job.payload(index, cell.temperature,
-                                                       cell.max_new_tokens))
+                    done = client.generate(job.payload(index, cell.temperature, cell.max_new_tokens, rid))
                 except ReproError as exc:
                     errors.append((index, exc))
                     stop.set()
                     return
                 self.writer.append({
                     "kind": "request", "session": self.session, "cell": asdict(cell),
-                    "index": index, "start": start, "end": time.time(),
+                    "index": index, "rid": rid, "start": start, "end": time.time(),
                     "prompt_tokens": done.prompt_tokens, "completion_tokens": done.completion_tokens,
                     "spec_verify_ct": done.spec_verify_ct, "tau": done.tau, "ttft_s": done.ttft_s,
                     "latency_s": done.latency_s, "chunks": done.chunks,

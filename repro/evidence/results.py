@@ -164,6 +164,7 @@ _CELL_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
 _REQUEST_FIELDS: dict[str, tuple[Callable[[Any], bool], str, bool]] = {  # check, expected, required
     "session": (lambda v: isinstance(v, str), "a string", True),
     "index": (_is_int, "an integer >= 0", True),
+    "rid": (lambda v: isinstance(v, str) and bool(v), "a non-empty string", False),  # bench.request_id
     "start": (is_finite_number, "a finite number", True),
     "end": (is_finite_number, "a finite number", True),
     "completion_tokens": (_is_int, "an integer >= 0", True),

@@ -30,9 +30,10 @@ RECOMMENDATION_TOLERANCE = 0.03  # issue 22: recommended budget within 3% of the
 SOURCE = "issue 22 acceptance (repro/tuning/recommend.py)"
 
 
-def pick_recording(recordings: Sequence[Recording]) -> Recording:
+def pick_recording(recordings: Sequence[Recording], requests: set[str] | None = None) -> Recording:
     """The DDTREE recordings of the largest budget and the latest digest, pooled (request ids
-    prefixed by their recording so requests stay apart)."""
+    prefixed by their recording so requests stay apart); only the rounds of ``requests`` (request
+    ids) when given."""
     tree = [r for r in recordings if r.algorithm == "DDTREE"]
     if not tree:
         msg = "the recording file holds no DDTREE recording"
@@ -40,8 +41,20 @@ def pick_recording(recordings: Sequence[Recording]) -> Recording:
     top = max(r.budget for r in tree)
     latest = [r for r in tree if r.budget == top][-1]
     same = [r for r in tree if r.budget == top and r.digest == latest.digest]
-    rounds = [dataclasses.replace(x, req=f"{r.rec}:{x.req}") for r in same for x in r.rounds]
+    rounds = [dataclasses.replace(x, req=f"{r.rec}:{x.req}") for r in same for x in r.rounds
+              if requests is None or x.req in requests]
     return dataclasses.replace(latest, rounds=rounds)
+
+
+def cell_requests(records: list[dict[str, Any]], profile: str, temperature: float) -> set[str] | None:
+    """The request ids (`repro bench`'s ``rid``) of the DDTREE cells of ``profile`` at
+    ``temperature``: the recording's rounds to keep, so warm-up requests and cells at another
+    temperature (whose walk accepts by another law) stay out of τ(B). None when the results carry
+    no ids (written before `repro bench` sent them): then every round counts."""
+    rids = {r["rid"] for r in records if r.get("kind") == "request" and "rid" in r
+            and r["cell"]["profile"] == profile and r["cell"]["algorithm"] == "DDTREE"
+            and r["cell"]["temperature"] == temperature}
+    return rids or None
 
 
 def _one(values: Iterable[Any], what: str) -> Any:

@@ -26,7 +26,7 @@ from repro.evidence.verdicts import FAIL
 from repro.serving.profiles import Profile, load_profiles, models_dir
 from repro.serving.sglang_server import server_argv
 from repro.tuning.acceptance import read_recordings
-from repro.tuning.recommend import analyze, pick_recording, render
+from repro.tuning.recommend import analyze, cell_requests, pick_recording, render
 from repro.tuning.recording import PROMPTS_ENV, RECORD_ENV
 
 
@@ -93,7 +93,13 @@ def _bench(args: argparse.Namespace, out: Path, extra: list[str], recording: Pat
 
 def _result(args: argparse.Namespace, results: list[Path], recording_path: Path, holdout: set[int]) -> dict[str, Any]:
     records = load_records(results)
-    recording = pick_recording(read_recordings(recording_path, "--recording"))
+    recordings = read_recordings(recording_path, "--recording")
+    requests = cell_requests(records, args.profile, args.temperature)
+    recording = pick_recording(recordings, requests)
+    if requests is not None and not recording.rounds:  # recorded by another run: all of it describes the drafter
+        print(f"tune: {recording_path} holds no round of the results' DDTREE requests at T={args.temperature:g}; "
+              f"tau(B) from all its rounds", file=sys.stderr)
+        recording = pick_recording(recordings)
     result = analyze(records, recording, profile=args.profile, temperature=args.temperature, holdout=holdout)
     runs = [r for r in records if r.get("kind") == "run"]
     result.update(time=time.time(), results=[str(p) for p in results], recording_file=str(recording_path),

@@ -22,9 +22,10 @@ import pytest
 
 from repro import cli
 from repro.evidence import bench
-from repro.evidence.results import read_records, summarize
+from repro.evidence.results import Cell, read_records, summarize
 from repro.serving.sglang_client import Client
 from repro.serving.sglang_server import free_port
+from repro.tuning.recording import prompts_of
 from verify.fake_sglang import REPO, make_models, subprocess_env, write_profiles
 
 FAST = {"sglang": {"fake-step-ms": 3}}
@@ -83,6 +84,11 @@ class TestRun:
         records = read_records(work / "out.jsonl")
         kinds = collections.Counter(r["kind"] for r in records)
         assert kinds == {"run": 1, "server": 4, "request": 32}
+        requests = [r for r in records if r["kind"] == "request"]
+        assert [r["rid"] for r in requests] == [bench.request_id(Cell(**r["cell"]), r["session"], r["index"])
+                                                for r in requests]
+        assert len({r["rid"] for r in requests}) == 32  # one id per request: a recording keys rounds by it
+        assert {prompts_of(r["rid"], "?") for r in requests} == {requests[0]["cell"]["prompts"]}
         run = records[0]
         assert run["profiles"]["fake"]["launch_module"] == "verify.fake_sglang"
         assert "fingerprint" in run and "topology" in run
@@ -246,6 +252,13 @@ class _IndexJob:
 
     def payload(self, index: int, _temperature: float, _max_new: int) -> dict:
         return {"index": index}
+
+
+def test_a_payload_carries_its_request_id_only_when_given() -> None:
+    """The measured requests' bodies name their id (SGLang's ``rid``); warm-up bodies do not."""
+    job = bench.Job(None, [], [{"input_ids": [1, 2]}], {})
+    assert job.payload(3, 0.0, 8, "p/x-1")["rid"] == "p/x-1"
+    assert "rid" not in job.payload(3, 0.0, 8)
 
 
 class TestWarmUp:

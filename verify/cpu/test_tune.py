@@ -12,7 +12,7 @@ from repro.cli import main as cli
 from repro.evidence.verdicts import FAIL, NOT_MEASURED, PASS
 from repro.tuning.acceptance import read_recordings
 from repro.tuning.costs import predict_tok_s
-from repro.tuning.recommend import analyze, pick_recording
+from repro.tuning.recommend import analyze, cell_requests, pick_recording
 from verify.fake_sglang import REPO, make_models, write_profiles
 from verify.tunedata import bench_records, linear_round_ms, write_recording
 
@@ -106,6 +106,52 @@ class TestAnalyze:
 
 def _profiles(path: Path) -> Path:
     return write_profiles(path, {"p": {"sglang": {"fake-step-ms": 3}}})
+
+
+def _with_rids(records: list[dict], rid=lambda r: f"humaneval/{r['index']}") -> list[dict]:
+    """The records with the request ids `repro bench` sends (here: those of the recording's requests)."""
+    return [{**r, "rid": rid(r)} if r["kind"] == "request" else r for r in records]
+
+
+class TestRecordedRequests:
+    def test_only_the_named_requests_rounds_are_pooled(self, world):
+        """pick_recording keeps the rounds of the given request ids: 2 of the recording's 40
+        requests, 10 rounds each."""
+        root, _, _ = world
+        picked = pick_recording(read_recordings(root / "rec.jsonl"), {"humaneval/0", "humaneval/1"})
+        assert len(picked.rounds) == 20
+        assert {r.req.split(":", 1)[1] for r in picked.rounds} == {"humaneval/0", "humaneval/1"}
+
+    def test_cell_requests_are_the_ddtree_cells_at_the_temperature(self, world):
+        """The ids of profile p's DDTREE requests at T 0: not AR's or DFLASH's, not T 1's, not
+        another profile's; None for results written without ids."""
+        _, _, records = world
+        hot = [{**r, "cell": {**r["cell"], "temperature": 1.0}} for r in records if r["kind"] == "request"]
+        other = [{**r, "cell": {**r["cell"], "profile": "q"}} for r in records if r["kind"] == "request"]
+        tagged = _with_rids(records, lambda r: f"h/{r['cell']['algorithm']}{r['cell']['budget']}-{r['index']}") + \
+            _with_rids(hot, lambda r: f"hot/{r['index']}") + _with_rids(other, lambda r: f"q/{r['index']}")
+        want = {f"h/DDTREE{b}-{i}" for b in FIT + HOLDOUT for i in range(8)}
+        assert cell_requests(tagged, "p", 0.0) == want
+        assert cell_requests(records, "p", 0.0) is None
+
+    def test_tune_reads_tau_from_the_results_requests_only(self, world, tmp_path, capsys):
+        """Results whose DDTREE requests are 8 of the recording's 40: τ comes from those 8
+        requests' rounds; when the ids name no recorded request (a recording of another run), from
+        all 40, with a note."""
+        root, _, records = world
+        results, out = tmp_path / "bench.jsonl", tmp_path / "out"
+        args = ["tune", "p", "--profile-file", str(_profiles(tmp_path / "profiles.toml")), "--results", str(results),
+                "--recording", str(root / "rec.jsonl"), "-o", str(out)]
+        results.write_text("".join(json.dumps(r) + "\n" for r in _with_rids(records)))
+        assert cli(args) == 0, capsys.readouterr().out
+        (record,) = [json.loads(line) for line in (out / "tune.jsonl").read_text().splitlines()]
+        assert record["recording"]["requests"] == 8 and record["recording"]["rounds"] == 80
+        results.write_text("".join(json.dumps(r) + "\n" for r in _with_rids(records, lambda r: "elsewhere/1")))
+        assert cli(args) == 0
+        assert "holds no round of the results' DDTREE requests at T=0; tau(B) from all its rounds" in \
+            capsys.readouterr().err
+        record = json.loads((out / "tune.jsonl").read_text().splitlines()[-1])
+        assert record["recording"]["requests"] == 40 and record["recording"]["rounds"] == 400
 
 
 class TestCli:

@@ -15,12 +15,18 @@
 #                                   # x T 0/1 (one server per algorithm and budget, ~3-6 min each);
 #                                   # stops starting servers after TIME_LIMIT s (exit 3): run the same
 #                                   # phase again (it resumes) until it exits 0. NUM_PROMPTS (16)
-#                                   # requests of 256 tokens per cell
-#   bash verify/device/fullsize.sh report                 # repro report (bench + verify cost) -> $OUT/fullsize-report
+#                                   # requests of 256 tokens per cell. The DDTREE servers record their
+#                                   # accepted paths into $OUT/recording-NAME.jsonl (for `tune`)
+#   bash verify/device/fullsize.sh tune NAME              # repro tune --results (no GPU): tau(B) from the
+#                                   # recording, costs from the bench; fits B 16,128,512 (FIT), checks
+#                                   # 32,64,256 (HOLDOUT)
+#   bash verify/device/fullsize.sh report                 # repro report (bench + verify cost + tune) -> $OUT/fullsize-report
 #
 # Every phase fits one 10-minute device command (inner timeouts at 570 s). Each phase runs setup's
 # steps it needs again (they are idempotent and take seconds on a warm machine), so any phase can
-# be the first of a fresh machine. Results, logs and JSON go to $OUT (default build/device).
+# be the first of a fresh machine. Results, logs and JSON go to $OUT (default build/device): an
+# ignored folder, so a warm lent machine keeps a bench's results between commands (carry it back
+# to resume on a fresh one).
 set -uo pipefail
 OUT=${OUT:-build/device}
 WH=${WHEELHOUSE:-.carry/wheelhouse-sm90}
@@ -37,9 +43,9 @@ phase=${1:-}
 name=${2:-}
 case $phase in
 setup | report) ;;
-greedy | cost | busy | bench)
+greedy | cost | busy | bench | tune)
   case $name in qwen3-8b | k26-tp8) ;; *) echo "fullsize.sh: $phase needs a target, qwen3-8b or k26-tp8 (got '$name')" >&2; exit 2 ;; esac ;;
-*) echo "fullsize.sh: phase must be setup, greedy, cost, busy, bench or report (got '$phase')" >&2; exit 2 ;;
+*) echo "fullsize.sh: phase must be setup, greedy, cost, busy, bench, tune or report (got '$phase')" >&2; exit 2 ;;
 esac
 
 # setup: SGLang from the wheelhouse into $SITE, the DDTree series + planting patch, the models.
@@ -75,15 +81,23 @@ busy)
   rc=${PIPESTATUS[0]}
   ;;
 bench)
+  REPRO_DDTREE_RECORD="$OUT/recording-$name.jsonl" REPRO_DDTREE_RECORD_PROMPTS=humaneval \
   timeout 570 python3 -m repro.cli bench "full-h200-$name" --models-dir "$MODELS" --algorithms "${3:-AR,DFLASH,DDTREE}" \
     --budgets "${4:-16,32,64,128,256,512}" --concurrency 1,4,16 --temperatures 0,1 --num-prompts "${NUM_PROMPTS:-16}" \
-    --max-new-tokens 256 --warmup 1 --time-limit "${TIME_LIMIT:-300}" --log-dir "$OUT/logs" --resume \
+    --max-new-tokens 256 --warmup 1 --time-limit "${TIME_LIMIT:-420}" --log-dir "$OUT/logs" --resume \
     -o "$OUT/fullsize-$name.jsonl" 2>&1 | tail -30 | tee -a "$OUT/bench-$name.log"
+  rc=${PIPESTATUS[0]}
+  ;;
+tune)
+  timeout 300 python3 -m repro.cli tune "full-h200-$name" --results "$OUT/fullsize-$name.jsonl" \
+    --recording "$OUT/recording-$name.jsonl" --budgets "${FIT:-16,128,512}" --holdout "${HOLDOUT:-32,64,256}" \
+    --models-dir "$MODELS" -o "$OUT/tune-$name" 2>&1 | tail -30 | tee "$OUT/tune-$name.log"
   rc=${PIPESTATUS[0]}
   ;;
 report)
   costs=$(ls "$OUT"/verify_cost_*.json 2>/dev/null)
-  timeout 300 python3 -m repro.cli report "$OUT"/fullsize-*.jsonl ${costs:+--verify-cost $costs} \
+  tunes=$(ls "$OUT"/tune-*/tune.jsonl 2>/dev/null)
+  timeout 300 python3 -m repro.cli report "$OUT"/fullsize-*.jsonl $tunes ${costs:+--verify-cost $costs} \
     -o "$OUT/fullsize-report" 2>&1 | tail -5 | tee "$OUT/report.log"
   rc=${PIPESTATUS[0]}
   ;;
