@@ -77,7 +77,8 @@ def check_complete(path: Path, expected: int) -> None:
 class TestRun:
     def test_sweep_records_every_request_and_prints_the_summary(self, work: Path,
                                                                 capsys) -> None:
-        """AR, DFLASH and two DDTREE budgets at c=1,2 record 32 requests and a speedup > 1."""
+        """AR, DFLASH and two DDTREE budgets at c=1,2 record 32 requests, each with its own id, and
+        the summary's speedup over AR."""
         rc = cli.main(bench_args("fake", "--budgets", "4,16", "--concurrency", "1,2",
                                  "--num-prompts", "4"))
         assert rc == 0
@@ -92,9 +93,11 @@ class TestRun:
         run = records[0]
         assert run["profiles"]["fake"]["launch_module"] == "verify.fake_sglang"
         assert "fingerprint" in run and "topology" in run
-        tree = next(s for s in summarize(records) if s.cell.label == "DDTREE B=16"
-                    and s.cell.concurrency == 1)
-        assert tree.tau_mean and tree.tau_mean > 3 and tree.speedup and tree.speedup > 1.3
+        summaries = summarize(records)
+        tree, ar = (next(s for s in summaries if s.cell.label == label and s.cell.concurrency == 1)
+                    for label in ("DDTREE B=16", "AR"))
+        assert tree.tau_mean and tree.tau_mean > 3  # the fake's law; its wall-clock speedup is not (CI load)
+        assert tree.speedup == pytest.approx(tree.output_tok_s / ar.output_tok_s)
         out = capsys.readouterr()
         assert "DDTREE B=16" in out.out and "speedup" in out.out
         assert "bench: starting fake (AR)" in out.err and "32/32" in out.err
