@@ -14,7 +14,7 @@ measured, its throughput within ``RECOMMENDATION_TOLERANCE`` of the best measure
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -51,10 +51,14 @@ def cell_requests(records: list[dict[str, Any]], profile: str, temperature: floa
     ``temperature``: the recording's rounds to keep, so warm-up requests and cells at another
     temperature (whose walk accepts by another law) stay out of τ(B). None when the results carry
     no ids (written before `repro bench` sent them): then every round counts."""
-    rids = {r["rid"] for r in records if r.get("kind") == "request" and "rid" in r
-            and r["cell"]["profile"] == profile and r["cell"]["algorithm"] == "DDTREE"
-            and r["cell"]["temperature"] == temperature}
+    rids = {r["rid"] for r in _requests(records, profile, temperature) if "rid" in r and r["cell"]["algorithm"] == "DDTREE"}
     return rids or None
+
+
+def _requests(records: list[dict[str, Any]], profile: str, temperature: float) -> Iterator[dict[str, Any]]:
+    """The request records of ``profile``'s cells at ``temperature``."""
+    return (r for r in records if r.get("kind") == "request" and r["cell"]["profile"] == profile
+            and r["cell"]["temperature"] == temperature)
 
 
 def _one(values: Iterable[Any], what: str) -> Any:
@@ -73,8 +77,7 @@ def analyze(records: list[dict[str, Any]], recording: Recording, *, profile: str
         msg = f"no DDTREE benchmark cell of profile {profile!r} at T={temperature:g} in the results"
         raise UsageError(msg)
     new_tokens = _one((c.new_tokens for c in costs), "max_new_tokens")
-    cell_prompts = _one((r["cell"]["prompts"] for r in records if r.get("kind") == "request"
-                         and r["cell"]["profile"] == profile and r["cell"]["temperature"] == temperature), "prompt set")
+    cell_prompts = _one((r["cell"]["prompts"] for r in _requests(records, profile, temperature)), "prompt set")
     sets = prompt_sets(recording)
     prompts = cell_prompts if cell_prompts in sets else "all" if "all" in sets else next(iter(sets), None)
     rounds = sets.get(prompts, []) if prompts else []
