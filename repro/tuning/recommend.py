@@ -181,6 +181,18 @@ def _verdicts(per_c: list[dict[str, Any]], checks: list[dict[str, Any]], profile
     return verdicts
 
 
+def _dflash_verdict(per_c: list[dict[str, Any]]) -> str:
+    """Where DDTREE beats DFLASH, where not, and where no DFLASH figure exists to say."""
+    wins, losses, unknown = ([str(r["concurrency"]) for r in per_c if r["beats_dflash"] is outcome]
+                             for outcome in (True, False, None))
+    if not wins and not losses:
+        return "DDTREE against DFLASH: no DFLASH figure (bench a DFLASH cell, or a DDTREE budget at or below the horizon)."
+    parts = [f"DDTREE beats DFLASH at c = {', '.join(wins) or 'none'}"]
+    parts += [f"not at c = {', '.join(losses)}"] if losses else []
+    parts += [f"unknown at c = {', '.join(unknown)} (no DFLASH figure)"] if unknown else []
+    return "; ".join(parts) + "."
+
+
 def _fmt(value: float | None, spec: str = ".1f") -> str:
     return "-" if value is None else format(value, spec)
 
@@ -204,10 +216,7 @@ def render(result: dict[str, Any], *, markdown: bool) -> str:
                              "DDTREE/DFLASH", "AR tok/s", "drafter ms"), rows, markdown=markdown))
     out += [*gap, ("DFLASH: measured where a DFLASH cell exists, else predicted from the chain's tau low bound; "
             "drafter ms = T_round(c, 0) - T_AR(c).")]
-    wins = [str(r["concurrency"]) for r in result["concurrency"] if r["beats_dflash"]]
-    losses = [str(r["concurrency"]) for r in result["concurrency"] if r["beats_dflash"] is False]
-    out.append(f"DDTREE beats DFLASH at c = {', '.join(wins) or 'none'}"
-               + (f"; not at c = {', '.join(losses)}" if losses else "") + ".")
+    out.append(_dflash_verdict(result["concurrency"]))
     out += ["", "Predicted vs measured:", *gap]
     rows = [[str(c["budget"]), str(c["concurrency"]), "fit" if c["fit"] else "held out", _fmt(c["predicted"]),
              _fmt(c["measured"]), f"{100 * c['error']:+.1f}%", _fmt(c["tau_recorded"], ".2f"),

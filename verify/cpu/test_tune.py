@@ -12,7 +12,7 @@ from repro.cli import main as cli
 from repro.evidence.verdicts import FAIL, NOT_MEASURED, PASS
 from repro.tuning.acceptance import read_recordings
 from repro.tuning.costs import predict_tok_s
-from repro.tuning.recommend import analyze, cell_requests, pick_recording
+from repro.tuning.recommend import analyze, cell_requests, pick_recording, render
 from verify.fake_sglang import REPO, make_models, write_profiles
 from verify.tunedata import bench_records, linear_round_ms, write_recording
 
@@ -75,6 +75,20 @@ class TestAnalyze:
             c = row["concurrency"]
             assert row["dflash_source"].startswith("predicted")
             assert row["dflash_tok_s"] == pytest.approx(predict_tok_s(c, 128, 20.0, linear_round_ms("DDTREE", 15, c), low))
+
+    def test_no_dflash_figure_is_said_not_counted_as_a_loss(self, world):
+        """No DFLASH cell and no budget at or below the horizon: no DFLASH figure at any c, and the
+        text says so instead of "beats DFLASH at c = none"; with a DFLASH cell it names the c."""
+        _, taus, _ = world
+        records = [r for r in bench_records(taus, linear_round_ms, budgets=[16, 32, 64, 128], concurrency=CONC)
+                   if r.get("cell", {}).get("algorithm") != "DFLASH"]
+        result = _analyze(world, records, holdout=[32])
+        assert {row["beats_dflash"] for row in result["concurrency"]} == {None}
+        text = render(result, markdown=False)
+        assert "DDTREE against DFLASH: no DFLASH figure" in text and "beats DFLASH" not in text
+        measured = _analyze(world)
+        wins = [str(r["concurrency"]) for r in measured["concurrency"] if r["beats_dflash"]]
+        assert f"DDTREE beats DFLASH at c = {', '.join(wins) or 'none'}" in render(measured, markdown=False)
 
     def test_a_slow_held_out_cell_fails_the_check(self, world):
         """Held-out cells 25% slower than the costs say fail the 10% prediction check."""
