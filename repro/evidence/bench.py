@@ -6,12 +6,16 @@ request is appended to the results JSONL and fsynced. ``--resume`` skips what th
 holds, so a crash, a dead server or ``--time-limit`` costs nothing but a rerun; it refuses a file
 whose cells were measured with another server command, models or prompts (``repro.evidence.runconfig``).
 ``--url`` measures a server that is already running instead (its algorithm is read from
-``/server_info``). Every input is checked before the results file is touched.
+``/server_info``). ``--interleave`` starts every server at once and measures them in turns, one
+wave of ``c`` requests each per turn, the first of a turn rotating: a shared host's slow swings
+then fall on every algorithm alike, so same-run ratios hold (each cell's throughput counts only
+its own turns' wall time). Every input is checked before the results file is touched.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import sys
 import threading
@@ -44,6 +48,7 @@ from repro.stack import gpuinfo
 from repro.stack.pins import fingerprint
 
 INCOMPLETE = 3  # exit code: stopped at --time-limit; rerun with --resume
+SHARED_MEMORY = 0.9  # --interleave: most of the GPU memory the servers' mem-fraction-static may claim together
 
 
 def _url(text: str) -> str:
@@ -87,6 +92,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--time-limit", type=SECONDS, default=None, metavar="S",
                         help=f"stop starting work after S seconds (exit {INCOMPLETE}; then --resume)")
     parser.add_argument("--url", type=_url, help="bench this running server (one PROFILE) instead")
+    parser.add_argument("--interleave", action="store_true",
+                        help="start every server at once and measure them in turns of one wave "
+                             "(c requests) each, so a noisy host's swings fall on all alike; each "
+                             f"profile needs mem-fraction-static, summing to at most {SHARED_MEMORY}")
     parser.add_argument("--port", type=PORT, default=None, help="server port (default: a free one)")
     parser.add_argument("--models-dir", type=Path, default=None)
     parser.add_argument("--log-dir", type=Path, default=Path("results/logs"))
@@ -105,6 +114,9 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError(msg)
     if args.url and len(args.profiles) != 1:
         msg = f"--url takes exactly one PROFILE (got {len(args.profiles)})"
+        raise UsageError(msg)
+    if args.url and args.interleave:
+        msg = "--interleave starts the servers it measures; it cannot take --url"
         raise UsageError(msg)
     if args.log_dir.exists() and not args.log_dir.is_dir():
         msg = f"--log-dir: {args.log_dir} is not a directory"
@@ -205,8 +217,9 @@ class Runner:
         return self.deadline is not None and time.monotonic() + margin > self.deadline
 
     def run_cell(self, client: Client, job: Job, cell: Cell, indices: list[int],  # noqa: C901 - one cell, start to finish
-                 server: SGLangServer | None) -> None:
-        """Run ``indices`` of ``cell`` with ``cell.concurrency`` closed-loop clients."""
+                 server: SGLangServer | None, turn: int | None = None) -> None:
+        """Run ``indices`` of ``cell`` with ``cell.concurrency`` closed-loop clients (``turn``:
+        which of the cell's ``--interleave`` turns they are, kept in each record)."""
         queue, lock, stop = deque(indices), threading.Lock(), threading.Event()
         errors: list[tuple[int, ReproError]] = []
 
@@ -229,7 +242,8 @@ class Runner:
                     "prompt_tokens": done.prompt_tokens, "completion_tokens": done.completion_tokens,
                     "spec_verify_ct": done.spec_verify_ct, "tau": done.tau, "ttft_s": done.ttft_s,
                     "latency_s": done.latency_s, "chunks": done.chunks,
-                    "finish_reason": done.finish_reason, "config": job.config})
+                    "finish_reason": done.finish_reason, "config": job.config,
+                    **({} if turn is None else {"turn": turn})})
                 self.progress.step(f"{cell.profile} {cell.label} c={cell.concurrency} "
                                    f"T={cell.temperature:g}")
                 if self.out_of_time():
@@ -285,6 +299,23 @@ def _jobs(profiles: list[Profile], root: Path, prompt_set: PromptSet,
     return jobs
 
 
+def check_shared_memory(jobs: list[Job]) -> None:
+    """A UsageError unless the servers ``--interleave`` runs at once leave each other room: every
+    profile sets mem-fraction-static, and they sum to at most ``SHARED_MEMORY``."""
+    fractions = []
+    for job in jobs:
+        fraction = job.profile.sglang.get("mem-fraction-static")
+        if not isinstance(fraction, int | float) or isinstance(fraction, bool):
+            msg = (f"--interleave runs {len(jobs)} servers on the same GPUs at once: profile "
+                   f"{job.profile.name!r} needs a mem-fraction-static (their sum at most {SHARED_MEMORY})")
+            raise UsageError(msg)
+        fractions.append(float(fraction))
+    if sum(fractions) > SHARED_MEMORY + 1e-9:
+        msg = (f"--interleave runs {len(jobs)} servers on the same GPUs at once: their mem-fraction-static "
+               f"sum to {sum(fractions):.2f} (at most {SHARED_MEMORY}); lower it in the profile or bench fewer")
+        raise UsageError(msg)
+
+
 def _url_job(client: Client, profile: Profile, root: Path, prompt_set: PromptSet,
              args: argparse.Namespace) -> Job:
     """The job of a running server, labelled with what its ``/server_info`` says it serves."""
@@ -329,6 +360,8 @@ def main(args: argparse.Namespace) -> int:
         _jobs(profiles, root, prompt_set, args)
     runconfig.check_resumable(records, {c.key: (c, job.config) for job in jobs for c in job.cells},
                               args.output)
+    if args.interleave:
+        check_shared_memory(jobs)
     done = finished(records)
     work = [(c.key, i) for job in jobs for c in job.cells for i in range(args.num_prompts)]
     session = uuid.uuid4().hex
@@ -339,19 +372,14 @@ def main(args: argparse.Namespace) -> int:
     try:
         with sigterm_as_interrupt():
             writer.append(_run_record(session, profiles))
-            for job in jobs:
-                todo = {c: [i for i in range(args.num_prompts) if (c.key, i) not in done]
-                        for c in job.cells}
-                if not any(todo.values()):
-                    continue
-                if runner.out_of_time(margin=1.5 * runner.slowest_start):  # room for a start
-                    runner.stopped = True
-                if runner.stopped:
-                    break
-                if client:
-                    _bench_url(runner, client, job, args, todo)
-                else:
-                    _bench_server(runner, job, root, args, todo)
+            todos = [(job, {c: [i for i in range(args.num_prompts) if (c.key, i) not in done]
+                            for c in job.cells}) for job in jobs]
+            work_left = [(job, todo) for job, todo in todos if any(todo.values())]
+            if args.interleave:
+                if work_left:
+                    _bench_interleaved(runner, work_left, root, args)
+            else:
+                _bench_in_turn(runner, client, work_left, root, args)
     finally:
         runner.progress.close()
         writer.close()
@@ -388,28 +416,88 @@ def _warm_up(client: Client, job: Job, rounds: int, widths: list[int], first: in
                 raise errors[0]
 
 
-def _bench_server(runner: Runner, job: Job, root: Path, args: argparse.Namespace,
-                  todo: dict[Cell, list[int]]) -> None:
+def _server(runner: Runner, job: Job, root: Path, args: argparse.Namespace, port: int) -> SGLangServer:
+    """The (not yet started) server of ``job``, logging under ``--log-dir``."""
     profile = job.profile
     slug = profile.label.replace(" ", "-").replace("=", "")
     log = args.log_dir / f"{profile.name}-{slug}-{runner.session[:8]}.log"
-    server = SGLangServer(profile, port=args.port or free_port(), models_root=root, log_path=log)
+    server = SGLangServer(profile, port=port, models_root=root, log_path=log)
     server.client.timeout = args.request_timeout
     print(f"bench: starting {profile.name} ({profile.label}), log {log}", file=sys.stderr)
-    with server:
-        took = server.wait_healthy(args.start_timeout or profile.start_timeout)
-        runner.slowest_start = max(runner.slowest_start, took)
-        runner.writer.append({"kind": "server", "session": runner.session, "profile": profile.name,
-                              "label": profile.label, "start_s": took, "config": job.config,
-                              "server_info": server.client.server_info()})
-        try:
-            _warm_up(server.client, job, args.warmup, args.concurrency, args.num_prompts)
-        except ReproError as exc:
-            msg = f"failed its warm-up request: {exc}"
-            raise server.failure(msg) from None
+    return server
+
+
+def _ready(runner: Runner, job: Job, server: SGLangServer, args: argparse.Namespace) -> None:
+    """Wait for the started ``server`` to be healthy, record it, warm it up."""
+    took = server.wait_healthy(args.start_timeout or job.profile.start_timeout)
+    runner.slowest_start = max(runner.slowest_start, took)
+    runner.writer.append({"kind": "server", "session": runner.session, "profile": job.profile.name,
+                          "label": job.profile.label, "start_s": took, "config": job.config,
+                          "server_info": server.client.server_info()})
+    try:
+        _warm_up(server.client, job, args.warmup, args.concurrency, args.num_prompts)
+    except ReproError as exc:
+        msg = f"failed its warm-up request: {exc}"
+        raise server.failure(msg) from None
+
+
+def _bench_in_turn(runner: Runner, client: Client | None, work: list[tuple[Job, dict[Cell, list[int]]]],
+                   root: Path, args: argparse.Namespace) -> None:
+    """One server after the other (or the ``--url`` server), each through all its cells."""
+    for job, todo in work:
+        if runner.out_of_time(margin=1.5 * runner.slowest_start):  # room for a start
+            runner.stopped = True
+        if runner.stopped:
+            return
+        if client:
+            _bench_url(runner, client, job, args, todo)
+        else:
+            _bench_server(runner, job, root, args, todo)
+
+
+def _bench_server(runner: Runner, job: Job, root: Path, args: argparse.Namespace,
+                  todo: dict[Cell, list[int]]) -> None:
+    with _server(runner, job, root, args, args.port or free_port()) as server:
+        _ready(runner, job, server, args)
         for cell, indices in todo.items():
             if indices and not runner.stopped:
                 runner.run_cell(server.client, job, cell, indices, server)
+
+
+def _ports(count: int, first: int | None) -> list[int]:
+    """``count`` distinct ports: from ``first`` on, or free ones."""
+    if first is not None:
+        return [first + i for i in range(count)]
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
+def _bench_interleaved(runner: Runner, work: list[tuple[Job, dict[Cell, list[int]]]], root: Path,
+                       args: argparse.Namespace) -> None:
+    """Every job's server at once; then cell by cell (the jobs' cells share an order), turns of one
+    wave (``c`` requests) per server, the first server of a turn rotating."""
+    if runner.out_of_time():
+        runner.stopped = True
+        return
+    with contextlib.ExitStack() as stack:
+        servers = [stack.enter_context(_server(runner, job, root, args, port))
+                   for (job, _), port in zip(work, _ports(len(work), args.port), strict=True)]
+        for (job, _), server in zip(work, servers, strict=True):
+            _ready(runner, job, server, args)
+        for position in range(len(work[0][0].cells)):
+            lanes = []
+            for (job, todo), server in zip(work, servers, strict=True):
+                cell, indices = list(todo.items())[position]
+                waves = [indices[i : i + cell.concurrency] for i in range(0, len(indices), cell.concurrency)]
+                lanes.append((job, server, cell, waves))
+            for turn in range(max(len(lane[3]) for lane in lanes)):
+                for job, server, cell, waves in lanes[turn % len(lanes):] + lanes[: turn % len(lanes)]:
+                    if turn < len(waves) and not runner.stopped:
+                        runner.run_cell(server.client, job, cell, waves[turn], server, turn=turn)
 
 
 def _bench_url(runner: Runner, client: Client, job: Job, args: argparse.Namespace,

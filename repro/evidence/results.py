@@ -165,6 +165,7 @@ _REQUEST_FIELDS: dict[str, tuple[Callable[[Any], bool], str, bool]] = {  # check
     "session": (lambda v: isinstance(v, str), "a string", True),
     "index": (_is_int, "an integer >= 0", True),
     "rid": (lambda v: isinstance(v, str) and bool(v), "a non-empty string", False),  # bench.request_id
+    "turn": (_is_int, "an integer >= 0", False),  # bench --interleave: which of the cell's turns
     "start": (is_finite_number, "a finite number", True),
     "end": (is_finite_number, "a finite number", True),
     "completion_tokens": (_is_int, "an integer >= 0", True),
@@ -272,10 +273,11 @@ class CellSummary:
 
 
 def _summary(cell: Cell, rows: list[dict[str, Any]]) -> CellSummary:
-    sessions: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    sessions: dict[tuple[str, int | None], list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
-        sessions[row.get("session", "")].append(row)
-    # Wall time per bench invocation, so a resumed cell does not count the time between runs.
+        sessions[row.get("session", ""), row.get("turn")].append(row)
+    # Wall time per bench invocation (and per --interleave turn), so a resumed cell does not count
+    # the time between runs, nor an interleaved one the other servers' turns.
     wall = sum(max(r["end"] for r in rs) - min(r["start"] for r in rs) for rs in sessions.values())
     tokens = sum(r["completion_tokens"] for r in rows)
     taus = [r["tau"] for r in rows if r.get("tau") is not None]

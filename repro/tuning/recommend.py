@@ -46,18 +46,18 @@ def pick_recording(recordings: Sequence[Recording], requests: set[str] | None = 
     return dataclasses.replace(latest, rounds=rounds)
 
 
-def cell_requests(records: list[dict[str, Any]], profile: str, temperature: float) -> set[str] | None:
-    """The request ids (`repro bench`'s ``rid``) of the DDTREE cells of ``profile`` at
-    ``temperature``: the recording's rounds to keep, so warm-up requests and cells at another
-    temperature (whose walk accepts by another law) stay out of τ(B). None when the results carry
-    no ids (written before `repro bench` sent them): then every round counts."""
+def cell_requests(records: list[dict[str, Any]], profile: str | None, temperature: float) -> set[str] | None:
+    """The request ids (`repro bench`'s ``rid``) of the DDTREE cells of ``profile`` (every
+    profile: None) at ``temperature``: the recording's rounds to keep, so warm-up requests and cells
+    at another temperature (whose walk accepts by another law) stay out of τ(B). None when the
+    results carry no ids (written before `repro bench` sent them): then every round counts."""
     rids = {r["rid"] for r in _requests(records, profile, temperature) if "rid" in r and r["cell"]["algorithm"] == "DDTREE"}
     return rids or None
 
 
-def _requests(records: list[dict[str, Any]], profile: str, temperature: float) -> Iterator[dict[str, Any]]:
-    """The request records of ``profile``'s cells at ``temperature``."""
-    return (r for r in records if r.get("kind") == "request" and r["cell"]["profile"] == profile
+def _requests(records: list[dict[str, Any]], profile: str | None, temperature: float) -> Iterator[dict[str, Any]]:
+    """The request records of ``profile``'s cells (every profile's: None) at ``temperature``."""
+    return (r for r in records if r.get("kind") == "request" and profile in (None, r["cell"]["profile"])
             and r["cell"]["temperature"] == temperature)
 
 

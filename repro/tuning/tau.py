@@ -3,19 +3,24 @@
 Reads an acceptance recording (:mod:`repro.tuning.recording`; written by ``repro demo --record`` or a
 server with ``$REPRO_DDTREE_RECORD`` set) and prints, per recording and prompt set, tau(B') for
 every B' <= B with a 95% interval over requests (:mod:`repro.tuning.acceptance`), then the chain's tau
-on the same drafter rows with the number of rounds it could only bound.
+on the same drafter rows with the number of rounds it could only bound. A recording written during
+`repro bench` also holds its warm-up requests and every temperature's cells: ``--results`` (the
+bench's JSONL) keeps only the rounds of its DDTREE requests at ``--temperature``.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
 
+from repro.argtypes import number
 from repro.errors import UsageError
-from repro.evidence.results import format_table
+from repro.evidence.results import format_table, load_records
 from repro.tuning.acceptance import Recording, budget_taus, chain_estimate, prompt_sets, read_recordings
+from repro.tuning.recommend import cell_requests
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,6 +29,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--budgets", default=None,
                         help="comma-separated budgets B' (default: every B' up to the recorded budget)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--results", type=Path, nargs="+", default=None, metavar="RESULTS",
+                        help="repro bench JSONL: count only the rounds of its DDTREE requests at --temperature")
+    parser.add_argument("--temperature", type=number(at_least=0), default=None,
+                        help="with --results: the cells' sampling temperature (default 0)")
 
 
 def parse_budgets(text: str) -> list[int]:
@@ -77,6 +86,20 @@ def _table(summary: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def _of_cells(recordings: list[Recording], results: list[Path], temperature: float) -> list[Recording]:
+    """The recordings with only the rounds of the results' DDTREE requests at ``temperature``."""
+    rids = cell_requests(load_records(results, "--results"), None, temperature)
+    if rids is None:
+        msg = (f"--results: no DDTREE request at T={temperature:g} with a request id in "
+               f"{', '.join(map(str, results))} (results of a repro bench that sent no request ids cannot select rounds)")
+        raise UsageError(msg)
+    kept = [dataclasses.replace(r, rounds=[x for x in r.rounds if x.req in rids]) for r in recordings]
+    if not any(r.rounds for r in kept):
+        msg = f"--results: the recording holds no round of its {len(rids)} DDTREE requests at T={temperature:g}"
+        raise UsageError(msg)
+    return kept
+
+
 def main(args: argparse.Namespace) -> int:
     """Print the tau table (or JSON) of every recording in the file."""
     budgets = parse_budgets(args.budgets) if args.budgets is not None else None
@@ -84,6 +107,11 @@ def main(args: argparse.Namespace) -> int:
     if budgets and budgets[-1] > max(r.budget for r in recordings):
         msg = (f"--budgets: {budgets[-1]} is above every recorded budget in {args.recording} "
                f"(largest {max(r.budget for r in recordings)})")
+        raise UsageError(msg)
+    if args.results is not None:
+        recordings = _of_cells(recordings, args.results, args.temperature or 0.0)
+    elif args.temperature is not None:
+        msg = "--temperature selects cells of --results; pass the bench JSONL with --results"
         raise UsageError(msg)
     summaries = [summarize(r, budgets) for r in recordings]
     if args.json:

@@ -40,6 +40,7 @@ def work(tmp_path: Path, monkeypatch) -> Path:
         "fake-dead": {"sglang": {"fake-exit-at-start": 3}},
         "fake-ar-only": {"algorithm": "AR", "budget": None, "drafter": None},
         "fake-slow": {"sglang": {"fake-step-ms": 5}},
+        "fake-shared": {"sglang": {"fake-step-ms": 3, "mem-fraction-static": 0.3}},
     })
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PYTHONPATH", str(REPO))
@@ -147,6 +148,67 @@ class TestRun:
             proc.wait()
         labels = {s.cell.label for s in summarize(read_records(work / "out.jsonl"))}
         assert labels == {"DDTREE B=8"}
+
+
+class TestInterleave:
+    ARGS = ("fake-shared", "--interleave", "--algorithms", "AR,DFLASH,DDTREE", "--budgets", "8",
+            "--concurrency", "1,2", "--num-prompts", "4")
+
+    def test_servers_take_turns_of_one_wave(self, work: Path) -> None:
+        """Three servers at once; within each cell position the servers alternate wave by wave (c
+        requests a turn), the first of a turn rotating; every request recorded once, with its turn."""
+        assert cli.main(bench_args(*self.ARGS)) == 0
+        records = read_records(work / "out.jsonl")
+        assert collections.Counter(r["kind"] for r in records) == {"run": 1, "server": 3, "request": 24}
+        requests = sorted((r for r in records if r["kind"] == "request"), key=lambda r: r["start"])
+        for c in (1, 2):
+            wave = [r for r in requests if r["cell"]["concurrency"] == c]
+            turns = [(r["turn"], Cell(**r["cell"]).label) for r in wave]
+            assert [t for t, _ in turns] == sorted(t for t, _ in turns)  # turn k ends before turn k + 1
+            firsts = [label for (turn, label), prev in zip(turns, [None, *turns], strict=False)
+                      if prev is None or prev[0] != turn]
+            assert len(firsts) == 4 // c and len(set(firsts)) == min(3, 4 // c)  # rotation
+            assert collections.Counter(turns) == {(t, label): c for t in range(4 // c)
+                                                  for label in ("AR", "DFLASH", "DDTREE B=8")}
+        check_complete(work / "out.jsonl", 24)
+
+    def test_throughput_counts_only_the_cells_own_turns(self, work: Path) -> None:
+        """A cell's tok/s is its tokens over the sum of its turns' wall times, not the span that
+        holds the other servers' turns too."""
+        assert cli.main(bench_args(*self.ARGS)) == 0
+        records = read_records(work / "out.jsonl")
+        for s in summarize(records):
+            rows = [r for r in records if r["kind"] == "request" and Cell(**r["cell"]) == s.cell]
+            by_turn = collections.defaultdict(list)
+            for r in rows:
+                by_turn[r["turn"]].append(r)
+            wall = sum(max(r["end"] for r in g) - min(r["start"] for r in g) for g in by_turn.values())
+            span = max(r["end"] for r in rows) - min(r["start"] for r in rows)
+            assert s.output_tok_s == pytest.approx(s.output_tokens / wall)
+            assert wall < span
+
+    def test_time_limit_then_resume_finishes_interleaved(self, work: Path, capsys) -> None:
+        """--time-limit stops between turns (exit 3); --resume finishes the same cells."""
+        args = bench_args(*self.ARGS, "--max-new-tokens", "48")
+        assert cli.main([*args, "--time-limit", "1.0"]) == 3
+        assert 0 < len(requests_of(work / "out.jsonl")) < 24
+        capsys.readouterr()
+        assert cli.main([*args, "--resume"]) == 0
+        check_complete(work / "out.jsonl", 24)
+
+    @pytest.mark.parametrize(("extra", "message"), [
+        (["fake", "--interleave", "--concurrency", "1"],
+         r"--interleave runs 3 servers on the same GPUs at once: profile 'fake' needs a mem-fraction-static"),
+        (["fake-shared", "--interleave", "--algorithms", "AR,DFLASH,DDTREE", "--budgets", "4,8",
+          "--concurrency", "1"], r"their mem-fraction-static sum to 1.20 \(at most 0.9\)"),
+        (["fake-shared", "--interleave", "--url", "http://127.0.0.1:1"], r"--interleave .* cannot take --url"),
+    ])
+    def test_usage_errors(self, work: Path, capsys, extra: list[str], message: str) -> None:
+        """Servers that cannot share the GPUs, or --url, are refused before anything starts."""
+        assert cli.main(bench_args(*extra)) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and re.search(message, err), err
+        assert not (work / "out.jsonl").exists()
 
 
 class TestErrors:

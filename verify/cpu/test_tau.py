@@ -8,6 +8,7 @@ import pytest
 
 from repro.cli import main as cli
 from repro.tuning.acceptance import read_recordings, tau_at
+from verify.tunedata import bench_records, write_recording
 
 
 @pytest.fixture(scope="module")
@@ -76,3 +77,54 @@ def test_bad_file_is_one_line_exit_2(tmp_path, capsys):
     assert cli(["tau", str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err == (f"repro tau: {path}:1: a record must be an object of kind 'recording' or 'round'")
+
+
+@pytest.fixture
+def bench_recording(tmp_path):
+    """A B = 128 recording of 40 requests and bench results naming 8 of them DDTREE requests at
+    T = 0 (humaneval/0..7) and 8 at T = 1 (humaneval/8..15): a recording a bench run wrote."""
+    write_recording(tmp_path / "rec.jsonl")
+    records = []
+    for temperature, first in ((0.0, 0), (1.0, 8)):
+        for r in bench_records([2.0] * 129, lambda a, b, c: 1.0, budgets=[16], concurrency=[1]):
+            ddtree = r["kind"] == "request" and r["cell"]["algorithm"] == "DDTREE"
+            records.append(r if r["kind"] != "request" else {
+                **r, "cell": {**r["cell"], "temperature": temperature},
+                "rid": f"humaneval/{first + r['index']}" if ddtree else f"x/{r['index']}"})
+    (tmp_path / "bench.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return tmp_path
+
+
+@pytest.mark.parametrize(("temperature", "first"), [(None, 0), ("1", 8)])
+def test_results_keep_only_that_temperatures_requests(bench_recording, capsys, temperature, first):
+    """--results: tau(B') and the chain come from the rounds of the bench's DDTREE requests at
+    --temperature (default 0) alone, not from the whole recording."""
+    rec, bench = bench_recording / "rec.jsonl", bench_recording / "bench.jsonl"
+    args = ["tau", str(rec), "--budgets", "16,128", "--json", "--results", str(bench)]
+    assert cli([*args, *(["--temperature", temperature] if temperature else [])]) == 0
+    (group,) = json.loads(capsys.readouterr().out)["recordings"][0]["groups"]
+    (recording,) = read_recordings(rec)
+    kept = [r for r in recording.rounds if r.req in {f"humaneval/{i}" for i in range(first, first + 8)}]
+    assert group["requests"] == 8 and group["rounds"] == len(kept) < len(recording.rounds)
+    for t in group["tau"]:
+        assert t["tau"] == pytest.approx(sum(tau_at(r.path, t["budget"]) for r in kept) / len(kept))
+
+
+@pytest.mark.parametrize(("edit", "extra", "message"), [
+    (None, ["--temperature", "1"], "--temperature selects cells of --results; pass the bench JSONL with --results"),
+    ("drop rids", [], "--results: no DDTREE request at T=0 with a request id in {bench}"),
+    ("other ids", [], "--results: the recording holds no round of its 8 DDTREE requests at T=0"),
+])
+def test_results_that_select_nothing_are_one_line_exit_2(bench_recording, capsys, edit, extra, message):
+    """--temperature without --results, results without request ids, or ids the recording never
+    saw: one line, exit 2."""
+    rec, bench = bench_recording / "rec.jsonl", bench_recording / "bench.jsonl"
+    rows = [json.loads(line) for line in bench.read_text().splitlines()]
+    if edit == "drop rids":
+        rows = [{k: v for k, v in r.items() if k != "rid"} for r in rows]
+    if edit == "other ids":
+        rows = [{**r, "rid": f"elsewhere/{r['index']}"} if "rid" in r else r for r in rows]
+    bench.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert cli(["tau", str(rec), *(["--results", str(bench)] if edit else []), *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"repro tau: {message.format(bench=bench)}"), err

@@ -7,6 +7,7 @@
 #   bash verify/device/round.sh tiers            # the verify/sglang tier, its five modules side by side
 #   bash verify/device/round.sh bench [ARGS...]  # repro bench test-h200-tp1: DDTREE B 32, DFLASH, AR at c 1 and 4,
 #                                                # 8 requests of 512 tokens per cell (ARGS go to repro bench)
+#                                                # (--interleave: the three servers at once, measured in turns)
 #   bash verify/device/round.sh host [ALGO...]   # where the host's time goes in a served round of test-h200-tp1
 #                                                # (decode_busy --with-stack, profiled 1 s into a 3,800-token request;
 #                                                # DDTREE DFLASH AR by default)
