@@ -166,6 +166,7 @@ class SGLangServer:
         self.log_path, self.stop_grace = log_path, stop_grace
         self.client = Client(f"http://{HOST}:{port}")
         self.proc: subprocess.Popen[bytes] | None = None
+        self.started: float | None = None  # time.monotonic() at launch
 
     @property
     def url(self) -> str:
@@ -186,6 +187,7 @@ class SGLangServer:
         with self.log_path.open("wb") as log:
             log.write(("$ " + " ".join(argv) + "\n").encode())
             log.flush()
+            self.started = time.monotonic()
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
                                          stderr=subprocess.STDOUT, start_new_session=True,
                                          env=server_env(self.profile, self.models_root),
@@ -213,8 +215,9 @@ class SGLangServer:
             return None
 
     def wait_healthy(self, timeout: float) -> float:
-        """Block until ``/health`` answers 200; return the seconds it took."""
-        start, poll = time.monotonic(), 0.1
+        """Block until ``/health`` answers 200, at most ``timeout`` seconds after the launch;
+        return the seconds since the launch (servers started together each count their own)."""
+        start, poll = self.started or time.monotonic(), 0.1
         while True:
             self.check_alive()
             if self.client.healthy(timeout=30.0):

@@ -155,11 +155,14 @@ class TestInterleave:
             "--concurrency", "1,2", "--num-prompts", "4")
 
     def test_servers_take_turns_of_one_wave(self, work: Path) -> None:
-        """Three servers at once; within each cell position the servers alternate wave by wave (c
-        requests a turn), the first of a turn rotating; every request recorded once, with its turn."""
+        """Three servers at once, each start timed from its own launch; within each cell position
+        the servers alternate wave by wave (c requests a turn), the first of a turn rotating; every
+        request recorded once, with its turn."""
         assert cli.main(bench_args(*self.ARGS)) == 0
         records = read_records(work / "out.jsonl")
         assert collections.Counter(r["kind"] for r in records) == {"run": 1, "server": 3, "request": 24}
+        # started together, each server counts its start from its own launch (the fake takes 0.2 s)
+        assert all(r["start_s"] >= 0.2 for r in records if r["kind"] == "server")
         requests = sorted((r for r in records if r["kind"] == "request"), key=lambda r: r["start"])
         for c in (1, 2):
             wave = [r for r in requests if r["cell"]["concurrency"] == c]
