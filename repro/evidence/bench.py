@@ -299,7 +299,7 @@ def _jobs(profiles: list[Profile], root: Path, prompt_set: PromptSet,
     return jobs
 
 
-def check_shared_memory(jobs: list[Job]) -> None:
+def _check_shared_memory(jobs: list[Job]) -> None:
     """A UsageError unless the servers ``--interleave`` runs at once leave each other room: every
     profile sets mem-fraction-static, and they sum to at most ``SHARED_MEMORY``."""
     fractions = []
@@ -361,7 +361,7 @@ def main(args: argparse.Namespace) -> int:
     runconfig.check_resumable(records, {c.key: (c, job.config) for job in jobs for c in job.cells},
                               args.output)
     if args.interleave:
-        check_shared_memory(jobs)
+        _check_shared_memory(jobs)
     done = finished(records)
     work = [(c.key, i) for job in jobs for c in job.cells for i in range(args.num_prompts)]
     session = uuid.uuid4().hex
