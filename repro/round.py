@@ -230,10 +230,22 @@ class AcceptBuffers:
         allocates); the views are made once per (set, bs), so a round slices nothing."""
         if bs > self.capacity:
             return None
-        key = (self._turn, bs)
-        if key not in self._views:
-            self._views[key] = self._sets[self._turn].head(bs)
+        view = self._view(self._turn, bs)
         self._turn ^= 1
+        return view
+
+    def each(self, bs: int) -> tuple[Accepted, Accepted]:
+        """Both sets' first ``bs`` rows, the very views :meth:`next` hands out (to capture work
+        that reads them), without taking a turn."""
+        if bs > self.capacity:
+            msg = f"bs {bs} exceeds the accept buffers' capacity {self.capacity}"
+            raise ValueError(msg)
+        return self._view(0, bs), self._view(1, bs)
+
+    def _view(self, turn: int, bs: int) -> Accepted:
+        key = (turn, bs)
+        if key not in self._views:
+            self._views[key] = self._sets[turn].head(bs)
         return self._views[key]
 
 

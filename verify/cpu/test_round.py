@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from repro.ddtree import build_trees_from_topk, topk_logprobs, tree_inputs, verify_tensors
-from repro.round import KERNELS_ENV, DraftBuffers, DraftTail, kernels_mode
+from repro.round import KERNELS_ENV, AcceptBuffers, DraftBuffers, DraftTail, kernels_mode
 from repro.sglang_glue.draft import HeadShard, head_shard, shard_logits
 from repro.sglang_glue.slots import window_slots
 from verify.kernel_cases import interpret
@@ -113,6 +113,24 @@ class TestDraftTail:
         ids, pos = tree_inputs(tree, lens, mask)
         vt = verify_tensors(tree, lens, 5)
         assert torch.equal(mask, vt.full_mask) and torch.equal(ids, vt.input_ids) and torch.equal(pos, vt.positions)
+
+
+class TestAcceptBuffers:
+    def test_sets_alternate_and_each_gives_the_views_next_hands_out(self):
+        """next(bs) alternates the two sets, one cached view per (set, bs); each(bs) returns those
+        same views (what the worker captures its commit graphs on) without taking a turn."""
+        buffers = AcceptBuffers(3, 32, 15, device="cpu", seq_dtype=torch.int64, slots=True)
+        first, second = buffers.each(2)
+        assert first.accept_len.data_ptr() != second.accept_len.data_ptr()
+        handed = [buffers.next(2) for _ in range(3)]
+        assert [h is w for h, w in zip(handed, (first, second, first), strict=True)] == [True] * 3
+        again = buffers.each(2)
+        assert again[0] is first and again[1] is second
+        assert buffers.next(2) is second  # each() took no turn
+        assert first.rows.shape == first.path_slots.shape == (2, 16)
+        assert buffers.next(4) is None
+        with pytest.raises(ValueError, match="bs 4 exceeds the accept buffers' capacity 3"):
+            buffers.each(4)
 
 
 class TestSglangAdapters:
