@@ -62,7 +62,7 @@ bench)
 for p in prompts(8, 0): print(json.dumps({'input_ids': p}))" >"$OUT/prompts.jsonl"
   OUT=$OUT/bench $SGL -- python3 -m repro.cli bench test-h200-tp1 --algorithms DDTREE,DFLASH,AR --budgets 32 \
     --concurrency 1,4 --max-new-tokens 512 --num-prompts 8 --prompts "$OUT/prompts.jsonl" --models-dir "$MODELS" \
-    --warmup 1 -o "$OUT/bench${NORADIX:+-noradix}.jsonl" --start-timeout 300 --time-limit "${TIME_LIMIT:-420}" --log-dir "$OUT/logs" "${variant[@]}" "$@" \
+    --warmup 1 -o "$OUT/bench${NORADIX:+-noradix}.jsonl" --start-timeout "${START_TIMEOUT:-480}" --time-limit "${TIME_LIMIT:-420}" --log-dir "$OUT/logs" "${variant[@]}" "$@" \
     >"$OUT/bench.log" 2>&1
   rc=$?
   grep -v '^\[' "$OUT/bench.log" | tail -n 20
