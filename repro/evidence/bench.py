@@ -95,7 +95,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--interleave", action="store_true",
                         help="start every server at once and measure them in turns of one wave "
                              "(c requests) each, so a noisy host's swings fall on all alike; each "
-                             f"profile needs mem-fraction-static, summing to at most {SHARED_MEMORY}")
+                             "profile needs max-total-tokens, or mem-fraction-static summing to at "
+                             f"most {SHARED_MEMORY}")
     parser.add_argument("--port", type=PORT, default=None, help="server port (default: a free one)")
     parser.add_argument("--models-dir", type=Path, default=None)
     parser.add_argument("--log-dir", type=Path, default=Path("results/logs"))
@@ -301,18 +302,25 @@ def _jobs(profiles: list[Profile], root: Path, prompt_set: PromptSet,
 
 def _check_shared_memory(jobs: list[Job]) -> None:
     """A UsageError unless the servers ``--interleave`` runs at once leave each other room: every
-    profile sets mem-fraction-static, and they sum to at most ``SHARED_MEMORY``."""
+    profile caps its KV cache (``max-total-tokens``), or every profile sets mem-fraction-static and
+    they sum to at most ``SHARED_MEMORY``. SGLang takes the fraction of the memory free when the
+    server starts, so fractions compose only while the weights are small next to the GPU: servers
+    with large targets need the cap (each leaves the others what its own weights and cap take)."""
+    if all("max-total-tokens" in job.profile.sglang for job in jobs):
+        return
     fractions = []
     for job in jobs:
         fraction = job.profile.sglang.get("mem-fraction-static")
         if not isinstance(fraction, int | float) or isinstance(fraction, bool):
             msg = (f"--interleave runs {len(jobs)} servers on the same GPUs at once: profile "
-                   f"{job.profile.name!r} needs a mem-fraction-static (their sum at most {SHARED_MEMORY})")
+                   f"{job.profile.name!r} needs a max-total-tokens or a mem-fraction-static "
+                   f"(their sum at most {SHARED_MEMORY})")
             raise UsageError(msg)
         fractions.append(float(fraction))
     if sum(fractions) > SHARED_MEMORY + 1e-9:
         msg = (f"--interleave runs {len(jobs)} servers on the same GPUs at once: their mem-fraction-static "
-               f"sum to {sum(fractions):.2f} (at most {SHARED_MEMORY}); lower it in the profile or bench fewer")
+               f"sum to {sum(fractions):.2f} (at most {SHARED_MEMORY}); lower it, cap each KV cache with "
+               f"max-total-tokens in the profile, or bench fewer")
         raise UsageError(msg)
 
 
