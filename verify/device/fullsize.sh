@@ -17,6 +17,10 @@
 #                                   # phase again (it resumes) until it exits 0. NUM_PROMPTS (16)
 #                                   # requests of 256 tokens per cell. The DDTREE servers record their
 #                                   # accepted paths into $OUT/recording-NAME.jsonl (for `tune`)
+#   bash verify/device/fullsize.sh confirm NAME BUDGETS   # DDTREE at BUDGETS side by side (repro bench
+#                                   # --interleave, every server at once, KV caches capped at CONFIRM_TOKENS,
+#                                   # 24576), T 0, c 1/4/16: tune's recommended budgets against the measured
+#                                   # best (~5 min for four qwen3-8b budgets) -> $OUT/confirm-NAME.jsonl
 #   bash verify/device/fullsize.sh tune NAME              # repro tune --results (no GPU): tau(B) from the
 #                                   # recording, costs from the bench; fits B 16,128,512 (FIT), checks
 #                                   # 32,64,256 (HOLDOUT)
@@ -43,11 +47,14 @@ phase=${1:-}
 name=${2:-}
 case $phase in
 setup | report) ;;
-greedy | cost | busy | bench | tune)
+greedy | cost | busy | bench | confirm | tune)
   case $name in qwen3-8b | k26-tp8) ;; *) echo "fullsize.sh: $phase needs a target, qwen3-8b or k26-tp8 (got '$name')" >&2; exit 2 ;; esac ;;
-*) echo "fullsize.sh: phase must be setup, greedy, cost, busy, bench, tune or report (got '$phase')" >&2; exit 2 ;;
+*) echo "fullsize.sh: phase must be setup, greedy, cost, busy, bench, confirm, tune or report (got '$phase')" >&2; exit 2 ;;
 esac
 
+if [ "$phase" = confirm ] && [ -z "${3:-}" ]; then
+  echo "fullsize.sh: confirm needs budgets, e.g. confirm $name 16,18,64,76" >&2; exit 2
+fi
 # setup: SGLang from the wheelhouse into $SITE, the DDTree series + planting patch, the models.
 timeout 240 python3 -m repro.cli install-offline "$WH" --site "$SITE" >"$OUT/install.log" 2>&1 \
   || { tail -20 "$OUT/install.log"; exit 1; }
@@ -86,6 +93,17 @@ bench)
     --budgets "${4:-16,32,64,128,256,512}" --concurrency 1,4,16 --temperatures 0,1 --num-prompts "${NUM_PROMPTS:-16}" \
     --max-new-tokens 256 --warmup 1 --time-limit "${TIME_LIMIT:-420}" --log-dir "$OUT/logs" --resume \
     -o "$OUT/fullsize-$name.jsonl" 2>&1 | tail -30 | tee -a "$OUT/bench-$name.log"
+  rc=${PIPESTATUS[0]}
+  ;;
+confirm)
+  # the shipped profile with its KV cache capped: SGLang takes mem-fraction-static of the memory free
+  # at each server's start, which servers starting together share
+  sed "/^\[profiles.full-h200-$name\]/,/^sglang = /s/^sglang = { /sglang = { max-total-tokens = ${CONFIRM_TOKENS:-24576}, /" \
+    repro/data/profiles.toml >"$OUT/profiles-confirm.toml"
+  timeout 570 python3 -m repro.cli bench "full-h200-$name" --profile-file "$OUT/profiles-confirm.toml" --models-dir "$MODELS" \
+    --algorithms DDTREE --budgets "$3" --interleave --concurrency 1,4,16 --temperatures 0 --num-prompts "${NUM_PROMPTS:-16}" \
+    --max-new-tokens 256 --warmup 1 --start-timeout 360 --time-limit "${TIME_LIMIT:-520}" --log-dir "$OUT/logs" \
+    -o "$OUT/confirm-$name.jsonl" 2>&1 | tail -20 | tee -a "$OUT/confirm-$name.log"
   rc=${PIPESTATUS[0]}
   ;;
 tune)
