@@ -224,8 +224,9 @@ def render(result: dict[str, Any], *, markdown: bool) -> str:
     out.append(format_table(("B", "c", "cell", "predicted", "measured", "error", "tau rec", "tau meas"), rows,
                             markdown=markdown))
     out += ["", "Checks:", *gap]
-    out += [f"{item}{v['status']}: {v['check']}, {v['subject']} = {_fmt(v['value'], '.3f')} ({v['bound']})"
-            for v in result["verdicts"]]
+    spec = {"tune prediction": ".0f"}  # a count of cells; the others are ratios
+    out += [f"{item}{v['status']}: {v['check']}, {v['subject']} = {_fmt(v['value'], spec.get(v['check'], '.3f'))} "
+            f"({v['bound']})" for v in result["verdicts"]]
     out += ["", "Server arguments:", *gap]
     for row in result["concurrency"]:
         if row["budget"] is None:
