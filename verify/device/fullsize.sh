@@ -15,7 +15,7 @@
 #                                   # x T 0/1 (one server per algorithm and budget, ~3-6 min each);
 #                                   # stops starting servers after TIME_LIMIT s (exit 3): run the same
 #                                   # phase again (it resumes) until it exits 0. NUM_PROMPTS (16)
-#                                   # requests of 256 tokens per cell. The DDTREE servers record their
+#                                   # requests of 256 tokens per cell (TEMPS: 0,1). The DDTREE servers record their
 #                                   # accepted paths into $OUT/recording-NAME.jsonl (for `tune`)
 #   bash verify/device/fullsize.sh confirm NAME BUDGETS   # DDTREE at BUDGETS side by side (repro bench
 #                                   # --interleave, every server at once, KV caches capped at CONFIRM_TOKENS,
@@ -90,7 +90,7 @@ busy)
 bench)
   REPRO_DDTREE_RECORD="$OUT/recording-$name.jsonl" REPRO_DDTREE_RECORD_PROMPTS=humaneval \
   timeout 570 python3 -m repro.cli bench "full-h200-$name" --models-dir "$MODELS" --algorithms "${3:-AR,DFLASH,DDTREE}" \
-    --budgets "${4:-16,32,64,128,256,512}" --concurrency 1,4,16 --temperatures 0,1 --num-prompts "${NUM_PROMPTS:-16}" \
+    --budgets "${4:-16,32,64,128,256,512}" --concurrency 1,4,16 --temperatures "${TEMPS:-0,1}" --num-prompts "${NUM_PROMPTS:-16}" \
     --max-new-tokens 256 --warmup 1 --time-limit "${TIME_LIMIT:-420}" --log-dir "$OUT/logs" --resume \
     -o "$OUT/fullsize-$name.jsonl" 2>&1 | tail -30 | tee -a "$OUT/bench-$name.log"
   rc=${PIPESTATUS[0]}
