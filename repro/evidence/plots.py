@@ -51,30 +51,46 @@ def _save(fig: Any, path: Path) -> None:
     fig.clf()
 
 
+def _ratios(here: list[CellSummary]) -> tuple[str, dict[tuple[int, int | None], float]] | None:
+    """(baseline, {(concurrency, budget): DDTREE tok/s over it}) of one panel: over AR where the
+    cells have AR speedups, else over the DFLASH cell of the same concurrency; None without either."""
+    tree = [s for s in here if s.cell.algorithm == "DDTREE"]
+    with_ar = {(s.cell.concurrency, s.cell.budget): s.speedup for s in tree if s.speedup is not None}
+    if with_ar:
+        return "AR", with_ar
+    dflash = {s.cell.concurrency: s.output_tok_s for s in here if s.cell.algorithm == "DFLASH" and s.output_tok_s}
+    over = {(s.cell.concurrency, s.cell.budget): s.output_tok_s / dflash[s.cell.concurrency]
+            for s in tree if s.cell.concurrency in dflash}
+    return ("DFLASH", over) if over else None
+
+
 def speedup_vs_budget(summaries: list[CellSummary], path: Path) -> str | None:
-    """DDTREE speedup over AR against the budget, a line per concurrency; DFLASH dashed."""
-    tree = [s for s in summaries if s.cell.algorithm == "DDTREE" and s.speedup is not None]
-    if not tree:
-        return "no DDTREE cell has an AR baseline to compute a speedup from"
-    panels = sorted({(s.cell.profile, s.cell.temperature) for s in tree})
+    """DDTREE speedup over AR against the budget, a line per concurrency, DFLASH dashed; a panel
+    without AR cells shows DDTREE over DFLASH instead."""
+    panels = []
+    for key in sorted({(s.cell.profile, s.cell.temperature) for s in summaries if s.cell.algorithm == "DDTREE"}):
+        here = [s for s in summaries if (s.cell.profile, s.cell.temperature) == key]
+        ratios = _ratios(here)
+        if ratios is not None:
+            panels.append((key, here, *ratios))
+    if not panels:
+        return "no DDTREE cell has an AR or DFLASH baseline to compute a speedup from"
     plt = _pyplot()
     fig, axes = _grid(plt, len(panels))
-    for ax, (profile, temp) in zip(axes, panels, strict=True):
-        here = [s for s in summaries if (s.cell.profile, s.cell.temperature) == (profile, temp)]
-        for k, conc in enumerate(sorted({s.cell.concurrency for s in here})):
+    for ax, ((profile, temp), here, baseline, ratios) in zip(axes, panels, strict=True):
+        for k, conc in enumerate(sorted({c for c, _ in ratios})):
             color = f"C{k}"
-            pts = sorted((s.cell.budget, s.speedup) for s in here if s.cell.algorithm == "DDTREE"
-                         and s.cell.concurrency == conc and s.speedup is not None)
-            if pts:
-                ax.plot(*zip(*pts, strict=True), marker="o", color=color, label=f"c={conc}")
+            pts = sorted((b, r) for (c, b), r in ratios.items() if c == conc)
+            ax.plot(*zip(*pts, strict=True), marker="o", color=color, label=f"c={conc}")
             for s in here:
-                if s.cell.algorithm == "DFLASH" and s.cell.concurrency == conc and s.speedup:
+                if baseline == "AR" and s.cell.algorithm == "DFLASH" and s.cell.concurrency == conc and s.speedup:
                     ax.axhline(s.speedup, color=color, linestyle="--", linewidth=1)
-        ax.axhline(1.0, color="gray", linewidth=0.8)
-        _log2_axis(ax, [s.cell.budget for s in here if s.cell.algorithm == "DDTREE"])
+        ax.axhline(1.0, color="gray", linewidth=0.8, linestyle="--" if baseline == "DFLASH" else "-")
+        _log2_axis(ax, [b for _, b in ratios])
         ax.set_xlabel("DDTree budget B (non-root nodes)")
-        ax.set_ylabel("output tok/s over AR")
-        ax.set_title(f"{profile}, T={temp:g}: DDTREE solid, DFLASH dashed", fontsize=10)
+        ax.set_ylabel(f"output tok/s over {baseline}")
+        note = "DFLASH dashed" if baseline == "AR" else "DFLASH = 1 (no AR cell)"
+        ax.set_title(f"{profile}, T={temp:g}: DDTREE solid, {note}", fontsize=10)
         ax.legend(fontsize=8, title="concurrency", title_fontsize=8)
         ax.grid(alpha=0.3)
     _save(fig, path)

@@ -25,7 +25,7 @@ from repro.serving.profiles import Profile, load_profiles, load_thresholds
 from repro.tuning import bound
 from repro.tuning.recommend import render as render_tune
 
-PLOTS = {"speedup_vs_budget.png": "DDTree speedup over AR vs budget (DFLASH dashed)",
+PLOTS = {"speedup_vs_budget.png": "DDTree speedup over AR (else over DFLASH) vs budget",
          "tau_histogram.png": "Per-request tau (tokens per verify round)",
          "tp_vs_ep_throughput.png": "TP vs TP+EP output throughput vs concurrency",
          "tune_predicted_vs_measured.png": "repro tune: predicted vs measured DDTREE throughput"}

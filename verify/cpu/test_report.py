@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from repro import cli
+from repro.evidence import plots
+from repro.evidence.results import summarize
 from repro.evidence.report import read_tiers
 from repro.serving.profiles import get_profile
 from repro.stack import pins
@@ -88,6 +90,37 @@ class TestReport:
         assert cli.main(["report", "-o", str(tmp_path)]) == 2
         assert cli.main(["report", str(tmp_path / "none.jsonl"), "-o", str(tmp_path)]) == 2
         assert "none.jsonl does not exist" in capsys.readouterr().err
+
+
+class TestSpeedupPlot:
+    @staticmethod
+    def summaries(algorithms: list[tuple[str, int | None, float]]) -> list:
+        """Summaries of one profile at c 1 and 4: (algorithm, budget, wall seconds of 4 requests)."""
+        rows = [request(cell(a, b, conc), i, end=end, verify=16 if a != "AR" else None)
+                for a, b, end in algorithms for conc in (1, 4) for i in range(4)]
+        return summarize(rows)
+
+    def test_without_ar_the_panel_is_over_dflash(self, tmp_path: Path, monkeypatch) -> None:
+        """DFLASH and DDTREE cells only (a full-size target's tune run): DDTREE over DFLASH is drawn."""
+        drawn = []
+        monkeypatch.setattr(plots, "_save", lambda fig, path: drawn.append(
+            [([float(x) for x in line.get_xdata()], [float(y) for y in line.get_ydata()])
+             for line in fig.axes[0].lines if line.get_marker() == "o"]))
+        rows = self.summaries([("DFLASH", None, 1.0), ("DDTREE", 16, 0.5), ("DDTREE", 64, 2.0)])
+        assert plots.speedup_vs_budget(rows, tmp_path / "s.png") is None
+        assert drawn[0] == [([16.0, 64.0], [2.0, 0.5])] * 2  # c 1 and c 4: 1 s / 0.5 s, 1 s / 2 s
+
+    def test_ar_is_the_baseline_when_present(self, tmp_path: Path) -> None:
+        """With AR cells the y axis is the speedup over AR."""
+        rows = self.summaries([("AR", None, 2.0), ("DFLASH", None, 1.0), ("DDTREE", 16, 0.5)])
+        assert plots.speedup_vs_budget(rows, tmp_path / "s.png") is None
+        assert (tmp_path / "s.png").read_bytes().startswith(PNG)
+
+    def test_no_baseline_says_why(self, tmp_path: Path) -> None:
+        """DDTREE alone has nothing to be a speedup over."""
+        note = plots.speedup_vs_budget(self.summaries([("DDTREE", 16, 0.5)]), tmp_path / "s.png")
+        assert note == "no DDTREE cell has an AR or DFLASH baseline to compute a speedup from"
+        assert not (tmp_path / "s.png").exists()
 
 
 class TestTiers:

@@ -21,6 +21,8 @@
 #                                   # --interleave, every server at once, KV caches capped at CONFIRM_TOKENS,
 #                                   # 24576), T 0, c 1/4/16: tune's recommended budgets against the measured
 #                                   # best (~5 min for four qwen3-8b budgets) -> $OUT/confirm-NAME.jsonl
+#   bash verify/device/fullsize.sh side NAME ALGOS BUDGETS # the same for ALGOS (e.g. AR,DFLASH,DDTREE) at
+#                                   # TEMPS (0) -> $OUT/side-NAME.jsonl; rerun to resume past TIME_LIMIT (exit 3)
 #   bash verify/device/fullsize.sh tune NAME              # repro tune --results (no GPU): tau(B) from the
 #                                   # recording, costs from the bench; fits B 16,128,512 (FIT), checks
 #                                   # 32,64,256 (HOLDOUT)
@@ -47,13 +49,16 @@ phase=${1:-}
 name=${2:-}
 case $phase in
 setup | report) ;;
-greedy | cost | busy | bench | confirm | tune)
+greedy | cost | busy | bench | confirm | side | tune)
   case $name in qwen3-8b | k26-tp8) ;; *) echo "fullsize.sh: $phase needs a target, qwen3-8b or k26-tp8 (got '$name')" >&2; exit 2 ;; esac ;;
-*) echo "fullsize.sh: phase must be setup, greedy, cost, busy, bench, confirm, tune or report (got '$phase')" >&2; exit 2 ;;
+*) echo "fullsize.sh: phase must be setup, greedy, cost, busy, bench, confirm, side, tune or report (got '$phase')" >&2; exit 2 ;;
 esac
 
 if [ "$phase" = confirm ] && [ -z "${3:-}" ]; then
   echo "fullsize.sh: confirm needs budgets, e.g. confirm $name 16,18,64,76" >&2; exit 2
+fi
+if [ "$phase" = side ] && [ -z "${4:-}" ]; then
+  echo "fullsize.sh: side needs algorithms and budgets, e.g. side $name AR,DFLASH,DDTREE 256,512" >&2; exit 2
 fi
 # setup: SGLang from the wheelhouse into $SITE, the DDTree series + planting patch, the models.
 timeout 240 python3 -m repro.cli install-offline "$WH" --site "$SITE" >"$OUT/install.log" 2>&1 \
@@ -95,15 +100,16 @@ bench)
     -o "$OUT/fullsize-$name.jsonl" 2>&1 | tail -30 | tee -a "$OUT/bench-$name.log"
   rc=${PIPESTATUS[0]}
   ;;
-confirm)
+confirm | side)
   # the shipped profile with its KV cache capped: SGLang takes mem-fraction-static of the memory free
   # at each server's start, which servers starting together share
+  if [ "$phase" = confirm ]; then algos=DDTREE budgets=$3 temps=0; else algos=$3 budgets=$4 temps=${TEMPS:-0}; fi
   sed "/^\[profiles.full-h200-$name\]/,/^sglang = /s/^sglang = { /sglang = { max-total-tokens = ${CONFIRM_TOKENS:-24576}, /" \
-    repro/data/profiles.toml >"$OUT/profiles-confirm.toml"
-  timeout 570 python3 -m repro.cli bench "full-h200-$name" --profile-file "$OUT/profiles-confirm.toml" --models-dir "$MODELS" \
-    --algorithms DDTREE --budgets "$3" --interleave --concurrency 1,4,16 --temperatures 0 --num-prompts "${NUM_PROMPTS:-16}" \
-    --max-new-tokens 256 --warmup 1 --start-timeout 360 --time-limit "${TIME_LIMIT:-520}" --log-dir "$OUT/logs" \
-    -o "$OUT/confirm-$name.jsonl" 2>&1 | tail -20 | tee -a "$OUT/confirm-$name.log"
+    repro/data/profiles.toml >"$OUT/profiles-$phase.toml"
+  timeout 570 python3 -m repro.cli bench "full-h200-$name" --profile-file "$OUT/profiles-$phase.toml" --models-dir "$MODELS" \
+    --algorithms "$algos" --budgets "$budgets" --interleave --concurrency 1,4,16 --temperatures "$temps" \
+    --num-prompts "${NUM_PROMPTS:-16}" --max-new-tokens 256 --warmup 1 --start-timeout 360 --time-limit "${TIME_LIMIT:-520}" \
+    --log-dir "$OUT/logs" --resume -o "$OUT/$phase-$name.jsonl" 2>&1 | tail -20 | tee -a "$OUT/$phase-$name.log"
   rc=${PIPESTATUS[0]}
   ;;
 tune)
