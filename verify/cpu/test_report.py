@@ -9,8 +9,8 @@ import pytest
 
 from repro import cli
 from repro.evidence import plots
-from repro.evidence.results import summarize
 from repro.evidence.report import read_tiers
+from repro.evidence.results import summarize
 from repro.serving.profiles import get_profile
 from repro.stack import pins
 from verify.benchdata import cell, request
