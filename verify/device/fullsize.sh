@@ -13,7 +13,7 @@
 #   bash verify/device/fullsize.sh bench NAME [ALGOS] [BUDGETS]
 #                                   # repro bench full-h200-NAME: AR, DFLASH, DDTREE B 16..512 x c 1/4/16
 #                                   # x T 0/1 (one server per algorithm and budget, ~3-6 min each);
-#                                   # stops starting servers after TIME_LIMIT s (exit 3): run the same
+#                                   # stops starting work (servers and requests) after TIME_LIMIT s (exit 3): run the same
 #                                   # phase again (it resumes) until it exits 0. NUM_PROMPTS (16)
 #                                   # requests of 256 tokens per cell (TEMPS: 0,1). The DDTREE servers record their
 #                                   # accepted paths into $OUT/recording-NAME.jsonl (for `tune`)
