@@ -5,17 +5,12 @@
     python -m verify.bench.fit_hook_profile NAME --fit            # re-fit its `free` parameters
     python -m verify.bench.fit_hook_profile --write                # record drafter_profiles_fit.json
 
-Each round is one (root, prefix length) draw: the hook's rows [n, L, V] come from
-``DrafterTestHook.logits`` (the reference); DFLASH's τ is 1 + the leading depths whose row argmax
-is the correct token; DDTREE's τ at budget B is ``repro.ddtree.walk`` over
-``repro.ddtree.build_trees(rows, B)`` with the planted target's token at a node of token t,
-``successor[t]``. τ is the mean over the rounds.
-
-The vocabulary is small (VOCAB: the ranked tokens and a few more). τ does not depend on V: more
-tokens only add logits of -30, which change a row's logsumexp by under V e^-30 (1.4e-8 at V
-151936) and never enter a tree of these budgets (each row has at least ``ranks`` tokens above
-them, far more prefixes than B score higher); ``same_acceptance_at_any_vocab`` checks it per
-round, and the CPU tier runs it. ``--fit`` minimises the summed squared log-ratios of τ to the
+Each round is one (root, prefix length) draw of the hook (``DrafterTestHook``); its τ is
+``verify.bench.hook_law.round_lengths``: DFLASH's 1 + the leading depths whose row argmax is the
+correct token, DDTREE's ``repro.ddtree.walk`` over ``repro.ddtree.build_trees(rows, B)``, the
+rows over the ranked tokens alone (τ does not depend on the vocabulary; ``test_hook_law`` checks
+it against the full rows at Qwen3's). τ is the mean over the rounds; the draws' roots lie in a
+small vocabulary (VOCAB). ``--fit`` minimises the summed squared log-ratios of τ to the
 targets over the profile's ``fit.free`` parameters (Nelder-Mead from the TOML values, on
 ``--fit-rounds`` rounds) and prints them for the TOML. Exit 1 when a τ misses its tolerance.
 """
@@ -31,9 +26,9 @@ from typing import Any
 
 import torch
 
-from repro.ddtree import build_trees, walk
 from repro.sglang_glue.hook_profiles import PROFILES_PATH, load_profiles
 from repro.sglang_glue.test_hook import DrafterTestHook
+from verify.bench.hook_law import round_lengths
 
 VOCAB = 48
 """The simulation's vocabulary: ranks (32) + 2 at least; τ is the same at any larger V."""
@@ -63,19 +58,13 @@ def hook_for(profile: dict[str, Any], *, name: str, vocab: int = VOCAB) -> Draft
 
 def dflash_lengths(hook: DrafterTestHook, roots: torch.Tensor, prefix_lens: torch.Tensor) -> torch.Tensor:
     """[n] τ of DFLASH's chain (each row's argmax) per round."""
-    hits = (hook.logits(roots, prefix_lens).argmax(-1) == hook.correct_tokens(roots)).long()
-    return 1 + hits.cumprod(1).sum(1)
+    return round_lengths(hook, roots, prefix_lens, None)
 
 
 def ddtree_lengths(hook: DrafterTestHook, roots: torch.Tensor, prefix_lens: torch.Tensor, budget: int) -> torch.Tensor:
     """[n] τ of DDTREE at ``budget`` per round: repro.ddtree's tree and walk over the hook's rows."""
-    out = []
-    for lo in range(0, roots.shape[0], CHUNK):
-        r, p = roots[lo : lo + CHUNK], prefix_lens[lo : lo + CHUNK]
-        tree = build_trees(hook.logits(r, p), budget, r)
-        target = hook.successor[tree.tokens.clamp(min=0)]  # the planted target's token at each node
-        out.append(walk(tree, target).accept_len)
-    return torch.cat(out)
+    return torch.cat([round_lengths(hook, roots[lo : lo + CHUNK], prefix_lens[lo : lo + CHUNK], budget)
+                      for lo in range(0, roots.shape[0], CHUNK)])
 
 
 def taus(hook: DrafterTestHook, rounds: int, budgets: list[int], *, dflash_rounds: int | None = None) -> dict[str, float]:
@@ -87,19 +76,6 @@ def taus(hook: DrafterTestHook, rounds: int, budgets: list[int], *, dflash_round
     for b in budgets:
         res[str(b)] = ddtree_lengths(hook, roots, prefix_lens, b).double().mean().item()
     return res
-
-
-def same_acceptance_at_any_vocab(profile: dict[str, Any], *, name: str, rounds: int, budgets: list[int],
-                                 vocab: int) -> bool:
-    """Whether every round's DFLASH and DDTREE τ at ``vocab`` equal those at VOCAB (same draws)."""
-    small, large = hook_for(profile, name=name), hook_for(profile, name=name, vocab=vocab)
-    roots, prefix_lens = draws(rounds, VOCAB)
-    if not torch.equal(dflash_lengths(small, roots, prefix_lens), dflash_lengths(large, roots, prefix_lens)):
-        return False
-    return all(
-        torch.equal(ddtree_lengths(small, roots, prefix_lens, b), ddtree_lengths(large, roots, prefix_lens, b))
-        for b in budgets
-    )
 
 
 def targets(profile: dict[str, Any]) -> dict[str, float]:
