@@ -3,12 +3,16 @@
     python -m verify.bench.decode_busy full-h200-qwen3-8b --models-dir MODELS --out results/busy.json
     python -m verify.bench.decode_busy --trace TRACE.json.gz        # a saved trace's figures (no GPU)
 
-Starts the profile's server (AR unless ``--algorithm``) with ``SGLANG_TORCH_PROFILER_DIR`` set,
-sends ``--concurrency`` long greedy requests and, once they decode, asks ``/start_profile`` for
+Starts the profile's server (AR unless ``--algorithm``; DDTREE at ``--budget``, else the
+profile's) with ``SGLANG_TORCH_PROFILER_DIR`` set, keeps ``--concurrency`` clients sending long
+greedy requests one after another (so a speculative decode, which finishes a request in a second
+or two, still covers the profiled steps) and, once they decode, asks ``/start_profile`` for
 ``--steps`` forward steps of CPU and GPU activity. In the Chrome trace SGLang writes, the GPU
 busy time is the union of the kernel and memcpy/memset intervals, the window runs from the first
 to the last of them, and busy / window is the fraction of the decode the GPU worked (the issue's
-acceptance asks >= 0.8 for AR). ms per step is the window over the steps.
+acceptance asks >= 0.8 for AR). ms per step is the window over the steps; ``kernels_by_name``
+gives each kernel's launches and GPU µs per step (the largest first), to set two algorithms'
+rounds side by side.
 
 ``--with-stack`` also records Python stacks and adds where the host's time goes: per step, the
 launches and CPU ops (``served_round.counts_of``) and the inclusive time of the most expensive
@@ -24,6 +28,7 @@ import json
 import sys
 import threading
 import time
+from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
 
@@ -49,6 +54,19 @@ def _busy_of(events: list[dict], path: Path) -> dict[str, float]:
     busy = busy_time(spans)
     return {"busy_ms": busy / 1e3, "window_ms": window / 1e3, "busy_fraction": busy / window if window else 1.0,
             "kernels": len(spans)}
+
+
+def kernels_by_name(events: list[dict], steps: int, top: int = 40) -> dict[str, list[float]]:
+    """[launches, GPU µs] per step of the ``top`` kernels by GPU time (memcpy/memset by category)."""
+    total: dict[str, list[float]] = {}
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") in GPU_CATEGORIES:
+            name = e.get("name", "?") if e["cat"] == "kernel" else e["cat"]
+            acc = total.setdefault(name, [0, 0.0])
+            acc[0] += 1
+            acc[1] += float(e.get("dur", 0.0))
+    ranked = sorted(total.items(), key=lambda kv: -kv[1][1])[:top]
+    return {name: [round(n / steps, 2), round(us / steps, 1)] for name, (n, us) in ranked}
 
 
 def trace_functions(path: Path, steps: int, top: int = 30) -> dict[str, float]:
@@ -81,7 +99,7 @@ def measure(args: argparse.Namespace) -> dict:
     from repro.serving.profiles import get_profile, models_dir
     from repro.serving.sglang_server import SGLangServer, free_port
 
-    profile = get_profile(args.profile, args.profile_file).with_algorithm(args.algorithm)
+    profile = get_profile(args.profile, args.profile_file).with_algorithm(args.algorithm, args.budget)
     trace_dir = (args.out.parent / f"trace-{args.profile}-{args.algorithm}").resolve()
     trace_dir.mkdir(parents=True, exist_ok=True)
     profile = dataclasses.replace(profile, env={**profile.env, "SGLANG_TORCH_PROFILER_DIR": str(trace_dir)})
@@ -92,27 +110,54 @@ def measure(args: argparse.Namespace) -> dict:
     with SGLangServer(profile, port=port, models_root=models_dir(args.models_dir),
                       log_path=args.out.parent / f"srv-busy-{args.profile}-{args.algorithm}.log") as server:
         start_s = server.wait_healthy(profile.start_timeout)
-        def decode() -> None:
-            with suppress(ReproError):  # cut off when the server stops after the trace
-                server.client.generate(payload)
-
-        threads = [threading.Thread(target=decode, daemon=True) for _ in range(args.concurrency)]
-        for t in threads:
-            t.start()
-        time.sleep(args.settle)  # past the prefill, into steady decoding
-        earlier = set(trace_dir.glob("*.json.gz"))  # an earlier run's traces in the same directory
-        status, body = _post(port, "/start_profile", {"output_dir": str(trace_dir), "num_steps": args.steps,
-                                                      "activities": ["CPU", "GPU"], "with_stack": args.with_stack})
-        if status != 200:
-            msg = f"POST /start_profile returned HTTP {status}: {body[:200]!r}"
+        stop = threading.Event()
+        clients = start_decoding(lambda: server.client.generate(payload), args.concurrency, stop)
+        try:
+            time.sleep(args.settle)  # past the prefill, into steady decoding
+            earlier = set(trace_dir.glob("*.json.gz"))  # an earlier run's traces in the same directory
+            status, body = _post(port, "/start_profile", {"output_dir": str(trace_dir), "num_steps": args.steps,
+                                                          "activities": ["CPU", "GPU"], "with_stack": args.with_stack})
+            if status != 200:
+                msg = f"POST /start_profile returned HTTP {status}: {body[:200]!r}"
+                raise RuntimeError(msg)
+            trace, figures = _finished_trace(trace_dir, time.monotonic() + 180, earlier)
+        finally:
+            stop.set()
+        if not any(t.is_alive() for t in clients) and clients[0].failed:  # every client gave up
+            msg = f"the server failed every request ({clients[0].failed})"
             raise RuntimeError(msg)
-        trace, figures = _finished_trace(trace_dir, time.monotonic() + 180, earlier)
-    events = read_trace(trace) if args.with_stack else []  # read once for both host breakdowns
+    events = read_trace(trace)
     host = {"host": counts_of(events, args.steps), "functions": _functions_of(events, args.steps)} \
         if args.with_stack else {}
     return {"profile": args.profile, "algorithm": profile.label, "concurrency": args.concurrency,
             "steps": args.steps, "start_s": start_s, "trace": str(trace),
-            "ms_per_step": figures["window_ms"] / args.steps, **figures, **host}
+            "ms_per_step": figures["window_ms"] / args.steps, **figures,
+            "kernels_by_name": kernels_by_name(events, args.steps), **host}
+
+
+class _Client(threading.Thread):
+    """Sends requests one after another until ``stop`` is set; ``failed`` holds the last error."""
+
+    def __init__(self, send: Callable[[], object], stop: threading.Event) -> None:
+        super().__init__(daemon=True)
+        self.send, self.stop, self.failed = send, stop, ""
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                self.send()
+            except ReproError as e:  # a server stopping after the trace, or one that failed
+                self.failed = str(e)
+                return
+
+
+def start_decoding(send: Callable[[], object], concurrency: int, stop: threading.Event) -> list[_Client]:
+    """``concurrency`` clients, each sending ``send()`` again as soon as its request ends, until
+    ``stop``: the decode runs steadily however fast one request finishes."""
+    clients = [_Client(send, stop) for _ in range(concurrency)]
+    for c in clients:
+        c.start()
+    return clients
 
 
 def _finished_trace(trace_dir: Path, deadline: float, earlier: set[Path] = frozenset()) -> tuple[Path, dict[str, float]]:
@@ -133,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("profile", nargs="?", help="a profile of repro/data/profiles.toml")
     p.add_argument("--algorithm", default="AR")
+    p.add_argument("--budget", type=int, default=None, help="the DDTREE budget (default: the profile's)")
     p.add_argument("--concurrency", type=int, default=1)
     p.add_argument("--steps", type=int, default=30, help="forward steps to profile")
     p.add_argument("--settle", type=float, default=5.0, help="seconds of decoding before profiling")

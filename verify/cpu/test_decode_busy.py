@@ -88,3 +88,44 @@ class TestTraceFunctions:
                   {"ph": "X", "cat": "cpu_op", "name": "aten::copy_", "ts": 20, "dur": 9000}]
         got = decode_busy.trace_functions(_trace(tmp_path / "t.json.gz", events), steps=2)
         assert list(got.items()) == [("a.py(1): round", 3.0), ("b.py(9): prepare", 0.5)]
+
+
+class TestKernelsByName:
+    def test_each_kernel_per_step_largest_first(self):
+        """Launches and GPU µs per step by kernel name, copies by their category, CPU events left out."""
+        events = [{**_kernel(0, 30), "name": "gemm"}, {**_kernel(40, 30), "name": "gemm"},
+                  {**_kernel(80, 100), "name": "attn"}, _kernel(200, 8, "gpu_memcpy"),
+                  {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 500}]
+        got = decode_busy.kernels_by_name(events, steps=2)
+        assert list(got.items()) == [("attn", [0.5, 50.0]), ("gemm", [1.0, 30.0]), ("gpu_memcpy", [0.5, 4.0])]
+
+
+class TestStartDecoding:
+    def test_clients_send_again_until_stopped(self):
+        """Each client sends its next request as soon as one ends (a speculative decode finishes a
+        request in a second or two, before the profiled steps would end), and stops when told."""
+        sent = []
+
+        def send():
+            sent.append(1)
+            decode_busy.time.sleep(0.005)
+
+        stop = decode_busy.threading.Event()
+        clients = decode_busy.start_decoding(send, 2, stop)
+        while len(sent) < 10:
+            decode_busy.time.sleep(0.005)
+        stop.set()
+        for c in clients:
+            c.join(5)
+        assert not any(c.is_alive() for c in clients)
+        assert len(sent) >= 10 and all(not c.failed for c in clients)
+
+    def test_a_client_whose_request_fails_stops_with_the_error(self):
+        """A failed request (the server stopped, or failed) ends that client; the error is kept."""
+        def send():
+            msg = "connection refused"
+            raise decode_busy.ReproError(msg)
+
+        clients = decode_busy.start_decoding(send, 1, decode_busy.threading.Event())
+        clients[0].join(5)
+        assert (clients[0].is_alive(), clients[0].failed) == (False, "connection refused")

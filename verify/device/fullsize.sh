@@ -8,13 +8,16 @@
 #   bash verify/device/fullsize.sh greedy NAME [AR|DDTREE] # planted output == AR == DDTREE B=64, one
 #                                                          # server per algorithm (~3-8 min each)
 #   bash verify/device/fullsize.sh cost NAME              # forward ms vs N = 1..513 at bs 1, 4 (~3-6 min)
-#   bash verify/device/fullsize.sh busy NAME [ALGO] [C]   # GPU busy fraction of 30 served decode steps
-#                                                          # (torch profiler; AR, c = 1 by default; ~3-6 min)
+#   bash verify/device/fullsize.sh busy NAME [ALGO] [C] [B] # GPU busy fraction of 30 served decode steps
+#                                   # and each kernel's GPU time a step (torch profiler; AR, c = 1 by
+#                                   # default; DDTREE at budget B; STACK=1 adds the host's Python
+#                                   # stacks; one server start, ~2-4 min)
 #   bash verify/device/fullsize.sh bench NAME [ALGOS] [BUDGETS]
 #                                   # repro bench full-h200-NAME: AR, DFLASH, DDTREE B 16..512 x c 1/4/16
 #                                   # x T 0/1 (one server per algorithm and budget, ~3-6 min each);
 #                                   # stops starting work (servers and requests) after TIME_LIMIT s (exit 3): run the same
-#                                   # phase again (it resumes) until it exits 0. NUM_PROMPTS (16)
+#                                   # phase again (it resumes) until it exits 0. CONCURRENCY (1,4,16); NUM_PROMPTS (16;
+#                                   # 164 = all of humaneval, whose tau is the set's: verify/bench/hook_law.py)
 #                                   # requests of 256 tokens per cell (TEMPS: 0,1). The DDTREE servers record their
 #                                   # accepted paths into $OUT/recording-NAME.jsonl (for `tune`)
 #   bash verify/device/fullsize.sh confirm NAME BUDGETS   # DDTREE at BUDGETS side by side (repro bench
@@ -89,13 +92,14 @@ cost)
   ;;
 busy)
   timeout 570 python3 -m verify.bench.decode_busy "full-h200-$name" --algorithm "${3:-AR}" --concurrency "${4:-1}" \
-    --models-dir "$MODELS" --out "$OUT/busy-$name-${3:-AR}-c${4:-1}.json" 2>&1 | tail -20 | tee "$OUT/busy-$name.log"
+    ${5:+--budget "$5"} ${STACK:+--with-stack} --models-dir "$MODELS" \
+    --out "$OUT/busy-$name-${3:-AR}${5:+-B$5}-c${4:-1}.json" 2>&1 | tail -20 | tee "$OUT/busy-$name.log"
   rc=${PIPESTATUS[0]}
   ;;
 bench)
   REPRO_DDTREE_RECORD="$OUT/recording-$name.jsonl" REPRO_DDTREE_RECORD_PROMPTS=humaneval \
   timeout 570 python3 -m repro.cli bench "full-h200-$name" --models-dir "$MODELS" --algorithms "${3:-AR,DFLASH,DDTREE}" \
-    --budgets "${4:-16,32,64,128,256,512}" --concurrency 1,4,16 --temperatures "${TEMPS:-0,1}" --num-prompts "${NUM_PROMPTS:-16}" \
+    --budgets "${4:-16,32,64,128,256,512}" --concurrency "${CONCURRENCY:-1,4,16}" --temperatures "${TEMPS:-0,1}" --num-prompts "${NUM_PROMPTS:-16}" \
     --max-new-tokens 256 --warmup 1 --time-limit "${TIME_LIMIT:-420}" --log-dir "$OUT/logs" --resume \
     -o "$OUT/fullsize-$name.jsonl" 2>&1 | tail -30 | tee -a "$OUT/bench-$name.log"
   rc=${PIPESTATUS[0]}
@@ -107,7 +111,7 @@ confirm | side)
   sed "/^\[profiles.full-h200-$name\]/,/^sglang = /s/^sglang = { /sglang = { max-total-tokens = ${CONFIRM_TOKENS:-24576}, /" \
     repro/data/profiles.toml >"$OUT/profiles-$phase.toml"
   timeout 570 python3 -m repro.cli bench "full-h200-$name" --profile-file "$OUT/profiles-$phase.toml" --models-dir "$MODELS" \
-    --algorithms "$algos" --budgets "$budgets" --interleave --concurrency 1,4,16 --temperatures "$temps" \
+    --algorithms "$algos" --budgets "$budgets" --interleave --concurrency "${CONCURRENCY:-1,4,16}" --temperatures "$temps" \
     --num-prompts "${NUM_PROMPTS:-16}" --max-new-tokens 256 --warmup 1 --start-timeout 360 --time-limit "${TIME_LIMIT:-520}" \
     --log-dir "$OUT/logs" --resume -o "$OUT/$phase-$name.jsonl" 2>&1 | tail -20 | tee -a "$OUT/$phase-$name.log"
   rc=${PIPESTATUS[0]}
