@@ -129,17 +129,17 @@ class DrafterTestHook:
 
     def levels(self, roots: torch.Tensor, prefix_lens: torch.Tensor) -> torch.Tensor:
         """[bs, L] int64 each row's level (its shape)."""
-        return self._draw(roots, prefix_lens)[0]
+        return self.draws(roots, prefix_lens)[0]
 
     def ranks(self, roots: torch.Tensor, prefix_lens: torch.Tensor) -> torch.Tensor:
         """[bs, L] int64 rank of the correct token at each depth; R means absent."""
-        return self._draw(roots, prefix_lens)[1]
+        return self.draws(roots, prefix_lens)[1]
 
     def logits(self, roots: torch.Tensor, prefix_lens: torch.Tensor) -> torch.Tensor:
         """[bs, L, V] float32 rows for roots [bs] at committed lengths [bs]: the reference."""
         vocab, n_ranks = self.vocab_size, self.tables.ranks
         correct = self.correct_tokens(roots)  # [bs, L]
-        level, rank = self._draw(roots, prefix_lens)
+        level, rank = self.draws(roots, prefix_lens)
         j = torch.arange(n_ranks, device=roots.device)
         decoys = (correct[..., None] + 1 + j) % vocab  # [bs, L, R], never the correct token
         tokens = torch.where(j == rank[..., None], correct[..., None], decoys)
@@ -235,7 +235,7 @@ class DrafterTestHook:
                 msg = f"rows: {name} must be on {roots.device} like roots (got {t.device})"
                 raise ValueError(msg)
 
-    def _draw(self, roots: torch.Tensor, prefix_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def draws(self, roots: torch.Tensor, prefix_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(levels, ranks) [bs, L]: the level chain, then the correct ranks on / off the path."""
         u_level = self._uniforms(roots, prefix_lens, LEVEL_SALT)
         u_rank = self._uniforms(roots, prefix_lens, 0)

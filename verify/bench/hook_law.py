@@ -53,7 +53,7 @@ DEFAULT_MAX_PROMPT_TOKENS = 1024  # repro bench --max-prompt-tokens
 def rank_rows(hook: DrafterTestHook, roots: torch.Tensor, prefix_lens: torch.Tensor) -> torch.Tensor:
     """[n, L, R + 1] the hook's rows for ``roots`` at ``prefix_lens`` over R + 1 tokens: the correct
     token is 0 (at its drawn rank, or absent), the decoys 1 + j; the same logits by rank."""
-    level, rank = hook.levels(roots, prefix_lens), hook.ranks(roots, prefix_lens)
+    level, rank = hook.draws(roots, prefix_lens)
     n_ranks = hook.tables.ranks
     j = torch.arange(n_ranks)
     tokens = torch.where(j == rank[..., None], 0, 1 + j)
