@@ -130,22 +130,23 @@ def check(records: list[dict[str, Any]], root: Path, *, population: bool) -> tup
     """One row per T = 0 DFLASH / DDTREE cell (served tau, the law's, mismatching requests, and the
     prompt set's tau with ``population``) and the number of requests the law does not match."""
     runs = {r.get("session"): r for r in records if r.get("kind") == "run"}
-    cells: dict[str, list[dict[str, Any]]] = {}
+    cells: dict[Cell, list[dict[str, Any]]] = {}
     for r in records:
         if r.get("kind") == "request" and r["cell"]["temperature"] == 0 and r["cell"]["algorithm"] != "AR":
-            cells.setdefault(Cell(**r["cell"]).key, []).append(r)
-    served: dict[tuple[str, str, str], Served] = {}
-    law: dict[tuple[str, int | None, int], list[int]] = {}
+            cells.setdefault(Cell(**r["cell"]), []).append(r)
+    served: dict[tuple[str, str], Served] = {}  # by (profile, prompt set): one hook and prompt list each
+    law: dict[tuple[str, str, int | None, int], list[int]] = {}
     rows, wrong = [], 0
-    for key in sorted(cells, key=lambda k: (json.loads(k)["profile"], json.loads(k)["budget"] or 0)):
-        cell, reqs = Cell(**json.loads(key)), cells[key]
+    for cell in sorted(cells, key=lambda c: (c.profile, c.budget or 0, c.concurrency)):
+        reqs = cells[cell]
         run = runs.get(reqs[0].get("session"))
         if run is None:
             msg = f"no run record for the session of {cell.label} c={cell.concurrency} (a results file cut short?)"
             raise UsageError(msg)
-        ctx = served.setdefault((run["session"], cell.profile, cell.prompts),
-                                _served(run, cell.profile, cell.prompts, root))
-        memo = (cell.prompts + cell.profile, cell.budget, cell.max_new_tokens)
+        if (cell.profile, cell.prompts) not in served:
+            served[cell.profile, cell.prompts] = _served(run, cell.profile, cell.prompts, root)
+        ctx = served[cell.profile, cell.prompts]
+        memo = (cell.profile, cell.prompts, cell.budget, cell.max_new_tokens)
         if memo not in law:
             try:
                 law[memo] = request_rounds(ctx.hook, ctx.prompts, cell.max_new_tokens, cell.budget)
@@ -153,12 +154,14 @@ def check(records: list[dict[str, Any]], root: Path, *, population: bool) -> tup
                 msg = f"{cell.profile} {cell.label}: {e}"
                 raise UsageError(msg) from None
         counts = law[memo]
-        missed = [r["index"] for r in reqs if r.get("spec_verify_ct") != counts[r["index"] % len(counts)]]
+        mine = [counts[r["index"] % len(counts)] for r in reqs]  # the law's rounds of each request
+        missed = [r["index"] for r, n in zip(reqs, mine, strict=True) if r.get("spec_verify_ct") != n]
         wrong += len(missed)
+        taus = [r["tau"] for r in reqs if r.get("tau")]
         rows.append({
             "profile": cell.profile, "label": cell.label, "concurrency": cell.concurrency, "requests": len(reqs),
-            "served_tau": statistics.fmean(r["tau"] for r in reqs if r.get("tau")) if any(r.get("tau") for r in reqs) else None,
-            "law_tau": statistics.fmean(cell.max_new_tokens / counts[r["index"] % len(counts)] for r in reqs),
+            "served_tau": statistics.fmean(taus) if taus else None,
+            "law_tau": statistics.fmean(cell.max_new_tokens / n for n in mine),
             "mismatched": missed,
             "population_tau": statistics.fmean(cell.max_new_tokens / n for n in counts) if population else None,
             "population_prompts": len(counts),
