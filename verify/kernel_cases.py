@@ -15,10 +15,13 @@ import sys
 
 import torch
 
-KINDS = ("random", "tied", "flat", "peaked", "ascending", "descending", "boundary", "signed_zeros")
+KINDS = ("random", "tied", "flat", "peaked", "floor", "creep", "ascending", "descending", "boundary", "signed_zeros")
 """random: N(0, 3²); tied: few distinct values; flat: one value; peaked: a few equal spikes over
-noise; ascending/descending: sorted rows; boundary: many ties exactly at the k-th value;
-signed_zeros: -0.0/+0.0 (equal, so ordered by id) among a few other values."""
+noise; floor: 32 distinct values over a flat floor (the drafter test hook's rows: past k 32 the
+top-K takes floor ties); creep: float32 values rising by an ulp every token or few within one
+bf16 step (every token ties in the kernels' 16-bit keys, yet each beats the ones before it: the
+slow path's worst case); ascending/descending: sorted rows; boundary: many ties exactly at the
+k-th value; signed_zeros: -0.0/+0.0 (equal, so ordered by id) among a few other values."""
 
 
 def make_logits(
@@ -37,6 +40,8 @@ def make_logits(
         x = torch.randn(shape, generator=g)
         spikes = torch.randint(0, vocab, (rows, 6), generator=g)
         x.scatter_(1, spikes, 14.0)
+    elif kind in ("floor", "creep"):
+        x = _slow_path_rows(kind, rows, vocab, g)
     elif kind in ("ascending", "descending"):
         x = torch.linspace(-8.0, 8.0, vocab).repeat(rows, 1) + torch.arange(rows)[:, None]
         if kind == "descending":
@@ -52,6 +57,18 @@ def make_logits(
         kth = torch.sort(x.float(), dim=-1, descending=True).values[:, min(k, vocab) - 1]
         spots = torch.randint(0, vocab, (rows, 2 * k + 3), generator=g)
         x.scatter_(1, spots, kth.to(dtype)[:, None].expand_as(spots).contiguous())
+    return x
+
+
+def _slow_path_rows(kind: str, rows: int, vocab: int, g: torch.Generator) -> torch.Tensor:
+    """float32 ``floor`` or ``creep`` rows (KINDS): past a small k, more candidates than the select's buffer."""
+    if kind == "floor":
+        x = torch.full((rows, vocab), -30.0)
+        ranked = torch.rand((rows, vocab), generator=g).argsort(dim=-1)[:, :32]
+        x.scatter_(1, ranked, -torch.rand(rows, ranked.shape[1], generator=g).sort(dim=-1).values * 20)
+    else:
+        ulps = torch.arange(vocab) * (2**16 - 1) // max(vocab - 1, 1)
+        x = (1.0 + ulps.double() * 2**-23).float().repeat(rows, 1)
     return x
 
 

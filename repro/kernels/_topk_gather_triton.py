@@ -4,8 +4,8 @@ of ``_topk_select_triton``'s kernels).
 The select re-reads only the groups that reach the threshold ``tb``: each group's maximum goes
 to the group's list slot, its few other tokens that reach ``tb`` after the list. One sort of
 those candidates gives the top K. A row with more candidates than ``CAP`` (ties, sorted rows)
-takes an exact slow path: a running top-K over the whole row in id order. Both paths share one
-sort, so a kernel compiles one bitonic network.
+takes an exact slow path: a running top-K over the whole row in id order, chunk by chunk, that
+sorts only the tokens beating the current K-th best.
 
 Exact order: a token's sort key is the int64 ``(ordered float32 bits << 32) | (2**32 - 1 - id)``,
 so key descending is value descending, ties by ascending id; -0.0 is keyed as +0.0 (they are equal).
@@ -202,60 +202,72 @@ def compact_candidates(row, V, tb, gidx_row, nsel, cand_row,
 
 
 @triton.jit
-def _row_tile_keys(row, V, tb, t, CAP: tl.constexpr):
-    """Sort keys of the row's tokens [t * CAP, (t + 1) * CAP) that reach ``tb`` (PAD for the rest)."""
-    idx = t * CAP + tl.arange(0, CAP)
+def _chunk_keys(row, V, tb, idx):
+    """Sort keys of the row's tokens ``idx`` that reach ``tb`` (PAD for the rest and past V)."""
     x = tl.load(row + idx, mask=idx < V, other=float("-inf")).to(tl.float32)
     key, tk = _sort_keys(x, idx)
     return tl.where((idx < V) & (tk + KEY_BIAS >= tb), key, PAD)
 
 
 @triton.jit
-def _top_keys(row, V, K, tb, cand_row, ncand, K_P: tl.constexpr, CAP: tl.constexpr, BUFFER: tl.constexpr,
-              CACHE: tl.constexpr):
-    """Exact top-``K_P`` int64 sort keys, descending (the first K are the answer).
-
-    From the candidate buffer when it holds every candidate (``ncand <= CAP``; ``BUFFER``: it holds
-    int64 sort keys): one sort. Else the slow path, a running merge over the whole row in id order
-    that sorts a tile only if one of its keys beats the current K-th best (so an all-equal row
-    costs one sort).
-    """
+def _scan_top_keys(row, V, K, tb, scratch, K_P: tl.constexpr, CAP: tl.constexpr, SC: tl.constexpr):
+    """The slow path: exact top-``K_P`` sort keys of the whole row, descending, by a running
+    merge over chunks of ``SC`` tokens in id order. A chunk costs one load and a count of its
+    tokens that beat the current K-th best; only those are sorted, at most ``CAP`` at a time:
+    their ids compacted into ``scratch`` (the row's candidate buffer, unused on this path), their
+    keys read back and merged. So a row of ties costs a load per chunk and a few sorts, not a
+    sort per ``CAP`` tokens."""
     ka = tl.arange(0, K_P)
-    in_buffer = (ncand <= CAP) & BUFFER
+    ca = tl.arange(0, CAP)
     state = tl.full([K_P], PAD, tl.int64)
     kth = tl.min(state, axis=0)
-    for t in range(tl.where(in_buffer, 1, tl.cdiv(V, CAP))):
-        if BUFFER:
-            if in_buffer:
-                keys = tl.load(cand_row + tl.arange(0, CAP), mask=tl.arange(0, CAP) < ncand, other=PAD,
-                               cache_modifier=CACHE)
-            else:
-                keys = _row_tile_keys(row, V, tb, t, CAP)
-        else:
-            keys = _row_tile_keys(row, V, tb, t, CAP)
-        if tl.max(keys, axis=0) > kth:
-            top = top_desc(keys, K_P)
-            if in_buffer:
-                state = top
-            else:
-                state = merge_desc(state, top, K_P)
+    for c in range(tl.cdiv(V, SC)):
+        idx = c * SC + tl.arange(0, SC)
+        beat = _chunk_keys(row, V, tb, idx) > kth
+        n = tl.sum(beat.to(tl.int32), axis=0)
+        while n > 0:
+            at = tl.cumsum(beat.to(tl.int32), axis=0) - 1
+            take = beat & (at < CAP)
+            tl.debug_barrier()  # the last pass has read the buffer
+            tl.store(scratch + at, idx, mask=take)
+            tl.debug_barrier()  # written by other threads of this program
+            ids = tl.load(scratch + ca, mask=ca < n, other=0, cache_modifier=SAME_PROGRAM)
+            keys = tl.where(ca < n, _chunk_keys(row, V, tb, ids), PAD)
+            state = merge_desc(state, top_desc(keys, K_P), K_P)
             kth = tl.sum(tl.where(ka == K - 1, state, 0), axis=0)
+            beat = beat & ~take & (_chunk_keys(row, V, tb, idx) > kth)
+            n = tl.sum(beat.to(tl.int32), axis=0)
+    return state
+
+
+@triton.jit
+def _top_keys(row, V, K, tb, cand_row, ncand, K_P: tl.constexpr, CAP: tl.constexpr, SC: tl.constexpr,
+              CACHE: tl.constexpr):
+    """Exact top-``K_P`` int64 sort keys, descending (the first K are the answer): one sort of the
+    candidate buffer of int64 sort keys when it holds every candidate (``ncand <= CAP``), else
+    :func:`_scan_top_keys`."""
+    if ncand <= CAP:
+        keys = tl.load(cand_row + tl.arange(0, CAP), mask=tl.arange(0, CAP) < ncand, other=PAD, cache_modifier=CACHE)
+        state = top_desc(keys, K_P)
+    else:
+        state = _scan_top_keys(row, V, K, tb, cand_row, K_P, CAP, SC)
     return state
 
 
 @triton.jit
 def top_candidates(row, V, K, tb, cand_row, gidx_row, ncand, id_offset, CACHE: tl.constexpr,
-                   G: tl.constexpr, K_P: tl.constexpr, CAP: tl.constexpr, KEY32: tl.constexpr):
+                   G: tl.constexpr, K_P: tl.constexpr, CAP: tl.constexpr, SC: tl.constexpr, KEY32: tl.constexpr):
     """Values and global ids of the row's exact top ``K_P`` (the first K are the answer): one sort
-    of the candidate buffer (int32 keys when ``KEY32``), or past ``CAP`` candidates the slow path.
-    ``CACHE``: how to load the buffer and list (``SAME_PROGRAM`` or ``OTHER_PROGRAMS`` wrote them)."""
+    of the candidate buffer (int32 keys when ``KEY32``), or past ``CAP`` candidates the slow path
+    (:func:`_scan_top_keys`, chunks of ``SC`` tokens). ``CACHE``: how to load the buffer and list
+    (``SAME_PROGRAM`` or ``OTHER_PROGRAMS`` wrote them)."""
     if KEY32:
         if ncand <= CAP:
             ca = tl.arange(0, CAP)
             keys = tl.load(cand_row + ca, mask=ca < ncand, other=-1, cache_modifier=CACHE)
             val, ids = _decode32(top_desc(keys, K_P), gidx_row, id_offset, G, CAP, CACHE)
         else:
-            val, ids = _decode(_top_keys(row, V, K, tb, cand_row, ncand, K_P, CAP, False, CACHE), id_offset)
+            val, ids = _decode(_scan_top_keys(row, V, K, tb, cand_row, K_P, CAP, SC), id_offset)
     else:
-        val, ids = _decode(_top_keys(row, V, K, tb, cand_row, ncand, K_P, CAP, True, CACHE), id_offset)
+        val, ids = _decode(_top_keys(row, V, K, tb, cand_row, ncand, K_P, CAP, SC, CACHE), id_offset)
     return val, ids

@@ -31,7 +31,7 @@ def select_kernel(
     group_key_ptr, lse_part_ptr, group_list_ptr, cand_key_ptr, val_ptr, id_ptr, lse_ptr,
     MB: tl.constexpr, MT: tl.constexpr, G: tl.constexpr, GT: tl.constexpr,
     K_P: tl.constexpr, CAP: tl.constexpr, P: tl.constexpr, SP: tl.constexpr, R: tl.constexpr,
-    PAIRS: tl.constexpr, KEY32: tl.constexpr,
+    SC: tl.constexpr, PAIRS: tl.constexpr, KEY32: tl.constexpr,
 ):
     """Per row: logsumexp, then the exact top-K (value desc, id asc) from the few candidates.
     ``PAIRS``: bf16 rows read as int32 words (see ``stream_kernel``); ``KEY32``: int32 candidate
@@ -51,7 +51,7 @@ def select_kernel(
         ncand = compact_candidates(row, V, tb, gidx_row, nsel, cand_row, G, GT, CAP, PAIRS, KEY32)
     tl.debug_barrier()  # the candidate keys too
     val, ids = top_candidates(row, V, K, tb, cand_row, gidx_row, ncand, id_offset, SAME_PROGRAM, G, K_P, CAP,
-                              KEY32)
+                              SC, KEY32)
     o = tl.arange(0, K_P)
     tl.store(val_ptr + r * K + o, val, mask=o < K)
     tl.store(id_ptr + r * K + o, ids, mask=o < K)
@@ -79,8 +79,8 @@ def threshold_kernel(
 @triton.jit
 def gather_kernel(
     x_ptr, stride_row, V, K, id_offset, group_list_ptr, state_ptr, cand_key_ptr, val_ptr, id_ptr,
-    G: tl.constexpr, GT: tl.constexpr, K_P: tl.constexpr, CAP: tl.constexpr, PAIRS: tl.constexpr,
-    KEY32: tl.constexpr,
+    G: tl.constexpr, GT: tl.constexpr, K_P: tl.constexpr, CAP: tl.constexpr, SC: tl.constexpr,
+    PAIRS: tl.constexpr, KEY32: tl.constexpr,
 ):
     """Per (row, slice of ``GT`` listed groups), the second half: the tokens of these groups that
     reach ``tb`` go to the row's candidate buffer (:func:`gather_step`: each group's maximum to
@@ -111,7 +111,7 @@ def gather_kernel(
         tl.debug_barrier()
         ncand = tl.where(nsel <= CAP, nsel + tl.load(st + 2, cache_modifier=OTHER_PROGRAMS), CAP + 1)
         val, ids = top_candidates(row, V, K, tb, cand_row, gidx_row, ncand, id_offset, OTHER_PROGRAMS, G, K_P, CAP,
-                                  KEY32)
+                                  SC, KEY32)
         o = tl.arange(0, K_P)
         tl.store(val_ptr + r * K + o, val, mask=o < K)
         tl.store(id_ptr + r * K + o, ids, mask=o < K)

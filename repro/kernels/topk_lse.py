@@ -20,7 +20,8 @@ How it computes (two launches):
   16 pivots per round (3 rounds on random rows); lists the groups that reach it; gathers each
   listed group's maximum straight into its slot, then the further tokens that reach the
   threshold; sorts the candidates as int32 keys (value, then id; int64 outside bf16); reads its
-  own list and candidates through L1.
+  own list and candidates through L1. A row with more candidates than its buffer holds (ties at
+  the threshold) is scanned whole in chunks, sorting only the tokens that beat the K-th best.
 - Below ``TopKConfig.split_rows`` rows (bs < 5) the select is split: the threshold per row, then
   ``gather_kernel`` over several programs per row, the last of which sorts.
 
@@ -61,7 +62,7 @@ SPLIT_GATHER = 2048
 _POWERS_OF_TWO = {  # field: (largest allowed or 0 for none, whether 0 means auto)
     "tile": (0, False), "scan_block": (0, False), "min_cap": (0, False), "cap_mult": (0, False),
     "super_keys": (0, False), "search_pivots": (0, False), "stream_warps": (16, False), "select_warps": (16, True),
-    "group": (0, True), "gather": (0, True),
+    "group": (0, True), "gather": (0, True), "slow_chunk": (0, False),
 }
 """The TopKConfig fields that are powers of two (they size register tiles and sorts); warps at
 most 16: 512 threads at the select's 128-register cap fill an SM's 64 K registers."""
@@ -100,6 +101,11 @@ class TopKConfig:
     """Below this many rows the select is two launches (threshold, then gather over several programs; 0: never)."""
     stream_stages: int = 4
     """Tiles in flight per stream program (Triton's pipeline through shared memory): fewer cost HBM rate at bs 32/64."""
+    slow_chunk: int = 4
+    """Tokens per select thread in a step of the slow path's scan (rows with more than ``cap`` candidates,
+    ties): one load and a count a step, a sort only of the tokens that beat the K-th best so far. 4: 1024 a
+    step at 8 warps, 512 at 4; sm_90 spills none at bs 1 K 63, bs 16 K 63 or bs 32 K 256 (8: 56-136 bytes),
+    24 bytes at bs 4 K 127 and 128 at K 1024 (``verify/bench/kernel_size.py``)."""
     scan_tail: bool = True
     """Hold M group keys as a pow2_floor(M) head and pow2_ceil(rest) tail if they fit scan_block (M 5120: 4096 + 1024)."""
 
@@ -143,6 +149,7 @@ class Plan:
     super_keys: int  # R: group keys per super key (power of two; divides scan_block and scan_tail)
     split_select: bool  # rows < config.split_rows
     lse_block: int  # SP: split partials the select loads at once (pow2 >= splits, at most 1024)
+    slow_chunk: int  # SC: tokens per step of the slow path's scan (config.slow_chunk per select thread)
 
 
 def _pow2_ceil(n: int) -> int:
@@ -194,6 +201,7 @@ def make_plan(rows: int, vocab: int, k: int, config: TopKConfig) -> Plan:
         super_keys=supers,
         split_select=split,
         lse_block=min(_pow2_ceil(splits), 1024),
+        slow_chunk=min(config.slow_chunk * 32 * select_warps, _pow2_ceil(vocab)),
     )
 
 
@@ -209,6 +217,20 @@ def int32_candidates(p: Plan, *, pairs: bool) -> bool:
     """Whether the select keys candidates as int32 (bf16 value, list slot, position in group; see
     ``_cand_key``) rather than int64: for bf16 rows read in pairs, while CAP * G fits 15 bits."""
     return pairs and p.cap * p.group <= 2**15
+
+
+THRESHOLD_CONSTANTS = ("MB", "MT", "R", "CAP", "P", "SP")
+"""The select's constants ``threshold_kernel`` takes (the split select's first launch)."""
+GATHER_CONSTANTS = ("G", "GT", "K_P", "CAP", "SC", "PAIRS", "KEY32")
+"""The select's constants ``gather_kernel`` takes (the split select's second launch)."""
+
+
+def select_constants(p: Plan, *, pairs: bool) -> dict[str, int | bool]:
+    """The compile-time constants of ``select_kernel`` for plan ``p`` (``pairs``: :func:`stream_pairs`);
+    the split select's two kernels take the subsets THRESHOLD_CONSTANTS and GATHER_CONSTANTS."""
+    return {"MB": p.scan_block, "MT": p.scan_tail, "G": p.group, "GT": p.gather_groups, "K_P": p.k_pow2,
+            "CAP": p.cap, "P": p.search_pivots, "SP": p.lse_block, "R": p.super_keys, "SC": p.slow_chunk,
+            "PAIRS": pairs, "KEY32": int32_candidates(p, pairs=pairs)}
 
 
 def _check_args(x: torch.Tensor, k: int, id_offset: int) -> None:
@@ -281,11 +303,8 @@ def prepare(
     parts = torch.empty((p.rows, p.splits, 2), dtype=torch.float32, device=dev)
     gidx = torch.empty((p.rows, p.cap), dtype=torch.int32, device=dev)
     pairs = stream_pairs(x2, p.group)
-    key32 = int32_candidates(p, pairs=pairs)
-    cand = torch.empty((p.rows, p.cap), dtype=torch.int32 if key32 else torch.int64, device=dev)
-
-    select_consts = {"MB": p.scan_block, "MT": p.scan_tail, "G": p.group, "GT": p.gather_groups, "K_P": p.k_pow2,
-                     "CAP": p.cap, "P": p.search_pivots, "SP": p.lse_block, "R": p.super_keys}
+    consts = select_constants(p, pairs=pairs)
+    cand = torch.empty((p.rows, p.cap), dtype=torch.int32 if consts["KEY32"] else torch.int64, device=dev)
 
     def launch_stream() -> None:
         if p.rows:
@@ -301,13 +320,11 @@ def prepare(
         if p.rows:
             threshold_kernel[(p.rows,)](
                 p.groups, p.splits, k, gkeys, parts, gidx, state, lse,
-                MB=p.scan_block, MT=p.scan_tail, R=p.super_keys, CAP=p.cap, P=p.search_pivots, SP=p.lse_block,
-                num_warps=p.select_warps, **dependent,
+                **{c: consts[c] for c in THRESHOLD_CONSTANTS}, num_warps=p.select_warps, **dependent,
             )
             gather_kernel[(p.rows, -(-p.cap // p.gather_groups))](
                 x2, x2.stride(0), vocab, k, id_offset, gidx, state, cand, logits, ids,
-                G=p.group, GT=p.gather_groups, K_P=p.k_pow2, CAP=p.cap, PAIRS=pairs, KEY32=key32,
-                num_warps=p.select_warps,
+                **{c: consts[c] for c in GATHER_CONSTANTS}, num_warps=p.select_warps,
                 **dependent, **({"maxnreg": p.select_maxnreg} if p.select_maxnreg else {}),
             )
 
@@ -317,7 +334,7 @@ def prepare(
         elif p.rows:
             select_kernel[(p.rows,)](
                 x2, x2.stride(0), vocab, p.groups, p.splits, k, id_offset,
-                gkeys, parts, gidx, cand, logits, ids, lse, **select_consts, PAIRS=pairs, KEY32=key32,
+                gkeys, parts, gidx, cand, logits, ids, lse, **consts,
                 num_warps=p.select_warps,
                 **dependent, **({"maxnreg": p.select_maxnreg} if p.select_maxnreg else {}),
             )

@@ -113,21 +113,19 @@ def topk_kernel_sizes(rows: int, vocab: int, k: int, config, arch: int = 90) -> 
 
     from repro.kernels._topk_select_triton import gather_kernel, select_kernel, threshold_kernel
     from repro.kernels._topk_stream_triton import stream_kernel
-    from repro.kernels.topk_lse import int32_candidates, make_plan, stream_pairs
+    from repro.kernels.topk_lse import GATHER_CONSTANTS, THRESHOLD_CONSTANTS, make_plan, select_constants, stream_pairs
 
     p = make_plan(rows, vocab, k, config)
     values = {"stride_row": vocab, "V": vocab, "M": p.groups, "chunk": p.chunk, "S": p.splits, "K": k, "id_offset": 0}
     pairs = stream_pairs(torch.empty((1, vocab), dtype=torch.bfloat16, device="meta"), p.group)  # bf16 rows
-    select = {"MB": p.scan_block, "MT": p.scan_tail, "G": p.group, "GT": p.gather_groups, "K_P": p.k_pow2,
-              "CAP": p.cap, "P": p.search_pivots, "SP": p.lse_block, "R": p.super_keys, "PAIRS": pairs,
-              "KEY32": int32_candidates(p, pairs=pairs)}
+    select = select_constants(p, pairs=pairs)
     cand = {"cand_key_ptr": "*i32" if select["KEY32"] else "*i64"}
     stream = _compile(stream_kernel, {"TG": p.tile // p.group, "G": p.group, "STAGES": config.stream_stages,
                                       "PAIRS": pairs}, values, p.stream_warps, arch)
     if p.split_select:
-        thresh = _compile(threshold_kernel, {k: select[k] for k in ("MB", "MT", "R", "CAP", "P", "SP")},
+        thresh = _compile(threshold_kernel, {k: select[k] for k in THRESHOLD_CONSTANTS},
                           values, p.select_warps, arch)
-        gather = _compile(gather_kernel, {k: select[k] for k in ("G", "GT", "K_P", "CAP", "PAIRS", "KEY32")},
+        gather = _compile(gather_kernel, {k: select[k] for k in GATHER_CONSTANTS},
                           values, p.select_warps, arch, p.select_maxnreg, cand)
         return {"stream_kernel": cubin_size(stream), "threshold_kernel": cubin_size(thresh),
                 "gather_kernel": cubin_size(gather)}

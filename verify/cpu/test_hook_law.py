@@ -20,6 +20,7 @@ from verify.bench import hook_law
 PERF = Path(__file__).resolve().parents[2] / "docs" / "perf"
 SIDE = PERF / "side_qwen3-8b_h200_2026-12-03.jsonl"  # AR, DFLASH, DDTREE B 63 / 127 on qwen3-8b
 K26 = PERF / "fullsize_k26-tp8_h200_2026-12-03.jsonl"  # DDTREE B 16 / 17 on k26-tp8
+SIDE_B = PERF / "side_qwen3-8b_h200_2026-12-03b.jsonl"  # DFLASH, DDTREE B 16 / 63 / 127 after the top-K scan
 
 
 def _hook(profile: dict, vocab: int, horizon: int) -> DrafterTestHook:
@@ -86,10 +87,11 @@ def models(tmp_path_factory):
     return root
 
 
-@pytest.mark.parametrize(("raw", "requests"), [(SIDE, 144), (K26, 192)])
+@pytest.mark.parametrize(("raw", "requests"), [(SIDE, 144), (K26, 192), (SIDE_B, 112)])
 def test_the_committed_served_requests_take_exactly_the_laws_rounds(models, raw, requests, capsys):
     """Every T = 0 DFLASH and DDTREE request the H200 served in these runs (`repro bench`'s
-    spec_verify_ct) took the law's rounds."""
+    spec_verify_ct) took the law's rounds: also the served check of the top-K kernel's exactness
+    (SIDE_B ran its chunked slow path on the hook's tied rows, B 63 / 127)."""
     assert hook_law.main([str(raw), "--models-dir", str(models)]) == 0
     assert f"{requests} of {requests} requests took exactly the law's rounds" in capsys.readouterr().out
 

@@ -28,6 +28,11 @@ CASES = [
     ("tied-slow-path", "tied", 2, 700, 7, torch.bfloat16, {}),
     ("flat-slow-path", "flat", 2, 300, 16, torch.float32, {}),
     ("peaked", "peaked", 3, 2000, 7, torch.bfloat16, {}),
+    # the slow path's scan in chunks: floor ties past k 32 (a pass a chunk after the first), and
+    # creeping float32 rows (every token beats the K-th best: several passes of CAP tokens a chunk)
+    ("floor-slow-path", "floor", 2, 3000, 40, torch.float32, {"slow_chunk": 1, "select_warps": 8}),
+    ("floor-slow-path-bf16", "floor", 2, 3000, 48, torch.bfloat16, {"slow_chunk": 2, "split_rows": 0}),
+    ("creep-slow-chunks", "creep", 2, 1500, 9, torch.float32, {**TINY, "slow_chunk": 1}),
     ("ascending", "ascending", 2, 1500, 33, torch.float16, {}),
     ("descending", "descending", 2, 1500, 64, torch.bfloat16, {}),
     ("boundary-ties", "boundary", 3, 600, 64, torch.float32, {}),
