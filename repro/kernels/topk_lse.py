@@ -104,7 +104,7 @@ class TopKConfig:
     slow_chunk: int = 4
     """Tokens per select thread in a step of the slow path's scan (rows with more than ``cap`` candidates,
     ties): one load and a count a step, a sort only of the tokens that beat the K-th best so far. 4: 1024 a
-    step at 8 warps, 512 at 4; sm_90 spills none at bs 1 K 63, bs 16 K 63 or bs 32 K 256 (8: 56-136 bytes),
+    step at 8 warps, 512 at 4; sm_90 spills none at bs 1 K 63, bs 16 K 63 or bs 32 K 256 (8: 56-184 bytes),
     24 bytes at bs 4 K 127 and 128 at K 1024 (``verify/bench/kernel_size.py``)."""
     scan_tail: bool = True
     """Hold M group keys as a pow2_floor(M) head and pow2_ceil(rest) tail if they fit scan_block (M 5120: 4096 + 1024)."""
