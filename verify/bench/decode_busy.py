@@ -2,6 +2,7 @@
 
     python -m verify.bench.decode_busy full-h200-qwen3-8b --models-dir MODELS --out results/busy.json
     python -m verify.bench.decode_busy --trace TRACE.json.gz        # a saved trace's figures (no GPU)
+    python -m verify.bench.decode_busy --compare A.json B.json      # two results' rounds by kernel class (no GPU)
 
 Starts the profile's server (AR unless ``--algorithm``; DDTREE at ``--budget``, else the
 profile's) with ``SGLANG_TORCH_PROFILER_DIR`` set, keeps ``--concurrency`` clients sending long
@@ -17,6 +18,8 @@ rounds side by side.
 ``--with-stack`` also records Python stacks and adds where the host's time goes: per step, the
 launches and CPU ops (``served_round.counts_of``) and the inclusive time of the most expensive
 Python functions (``trace_functions``); ``--profile-file`` serves a variant of the profiles.
+``--compare`` sets two results side by side by kernel class (``kernel_classes``: attention,
+GEMMs, the project's Triton kernels, copies, the rest), as a markdown table.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import argparse
 import dataclasses
 import http.client
 import json
+import re
 import sys
 import threading
 import time
@@ -37,6 +41,12 @@ from verify.bench.served_round import counts_of, read_trace
 from verify.bench.verify_cost import busy_time
 
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+KERNEL_CLASSES = (
+    ("attention", re.compile(r"_fwd_kernel|_fwd_grouped_kernel|attention|flash_fwd|fmha|BatchPrefill|BatchDecode")),
+    ("GEMMs", re.compile(r"nvjet|gemm|cublas|cutlass|xmma|splitKreduce", re.IGNORECASE)),
+)
+"""Kernel classes by name, first match wins: SGLang's Triton attention (``_fwd_kernel``) and
+FlashInfer's / FA3's; cuBLAS (``nvjet``), CUTLASS and split-K reductions."""
 
 
 def trace_busy(path: Path) -> dict[str, float]:
@@ -67,6 +77,49 @@ def kernels_by_name(events: list[dict], steps: int, top: int = 40) -> dict[str, 
             acc[1] += float(e.get("dur", 0.0))
     ranked = sorted(total.items(), key=lambda kv: -kv[1][1])[:top]
     return {name: [round(n / steps, 2), round(us / steps, 1)] for name, (n, us) in ranked}
+
+
+def repro_kernel_names() -> frozenset[str]:
+    """Names of the project's Triton kernels (``def NAME_kernel`` under ``@triton.jit`` in
+    repro/kernels/_*_triton.py), read as text: no triton import."""
+    root = Path(__file__).resolve().parents[2] / "repro" / "kernels"
+    pattern = re.compile(r"^@triton\.jit[^\n]*\ndef (\w+_kernel)\(", re.MULTILINE)
+    return frozenset(n for f in sorted(root.glob("_*_triton.py")) for n in pattern.findall(f.read_text()))
+
+
+def kernel_classes(result: dict, repro_kernels: frozenset[str]) -> dict[str, list[float]]:
+    """[launches, GPU µs] per step of a decode_busy ``result`` by class: KERNEL_CLASSES, ``repro``
+    (``repro_kernels``), ``copies`` (memcpy / memset), ``rest`` of the listed kernels, ``unlisted``
+    (GPU busy time past the listed ones, launches unknown) and ``all`` (busy time, every launch)."""
+    steps = result["steps"]
+    classes = {name: [0.0, 0.0] for name, _ in KERNEL_CLASSES} | {k: [0.0, 0.0] for k in ("repro", "copies", "rest")}
+    for name, (launches, us) in result["kernels_by_name"].items():
+        if name in repro_kernels:
+            key = "repro"
+        elif name in ("gpu_memcpy", "gpu_memset"):
+            key = "copies"
+        else:
+            key = next((c for c, pattern in KERNEL_CLASSES if pattern.search(name)), "rest")
+        classes[key][0] += launches
+        classes[key][1] += us
+    busy_us = result["busy_ms"] * 1e3 / steps
+    listed = sum(us for _, us in classes.values())
+    classes["unlisted"] = [float("nan"), max(busy_us - listed, 0.0)]
+    classes["all"] = [result["kernels"] / steps, busy_us]
+    return {k: [round(n, 1), round(us, 1)] for k, (n, us) in classes.items()}
+
+
+def compare_table(a: dict, b: dict) -> str:
+    """Markdown: two decode_busy results' GPU µs (launches) per step by kernel class, and B - A."""
+    names = repro_kernel_names()
+    ca, cb = kernel_classes(a, names), kernel_classes(b, names)
+
+    def cell(v: list[float]) -> str:
+        return f"{v[1]:,.0f}" + ("" if v[0] != v[0] else f" ({v[0]:g})")
+
+    rows = [f"| kernels | {a['algorithm']} | {b['algorithm']} | difference |", "|---|---|---|---|"]
+    rows += [f"| {k} | {cell(ca[k])} | {cell(cb[k])} | {cb[k][1] - ca[k][1]:+,.0f} |" for k in ca]
+    return "\n".join(rows)
 
 
 def trace_functions(path: Path, steps: int, top: int = 30) -> dict[str, float]:
@@ -173,6 +226,24 @@ def _finished_trace(trace_dir: Path, deadline: float, earlier: set[Path] = froze
     raise RuntimeError(msg)
 
 
+def _read_saved(args: argparse.Namespace) -> int:
+    """``--trace`` or ``--compare``: the figures of saved files, printed (no GPU); 2 if unreadable."""
+    if args.trace:
+        try:
+            print(json.dumps(trace_busy(args.trace)))
+        except (OSError, ValueError, KeyError) as e:
+            print(f"decode_busy: --trace needs a Chrome trace with GPU events ({args.trace}: {e})", file=sys.stderr)
+            return 2
+        return 0
+    try:
+        a, b = (json.loads(path.read_text()) for path in args.compare)
+        print(compare_table(a, b))
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        print(f"decode_busy: --compare needs two decode_busy results with kernels_by_name ({e})", file=sys.stderr)
+        return 2
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Measure a served decode, or read a saved trace; print and write the figures as JSON."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -188,15 +259,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--with-stack", action="store_true", help="also where the host's time goes (Python stacks)")
     p.add_argument("--out", type=Path, default=Path("results/decode_busy.json"))
     p.add_argument("--trace", type=Path, metavar="TRACE", help="only read the figures of a saved trace")
+    p.add_argument("--compare", type=Path, nargs=2, metavar=("A", "B"),
+                   help="only set two saved results (--out files) side by side by kernel class")
     args = p.parse_args(argv)
-    if args.trace:
-        try:
-            result = trace_busy(args.trace)
-        except (OSError, ValueError, KeyError) as e:
-            print(f"decode_busy: --trace needs a Chrome trace with GPU events ({args.trace}: {e})", file=sys.stderr)
-            return 2
-        print(json.dumps(result))
-        return 0
+    if args.compare or args.trace:
+        return _read_saved(args)
     if not args.profile:
         p.error("PROFILE is required (or --trace TRACE)")
     try:

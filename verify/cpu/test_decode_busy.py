@@ -100,6 +100,45 @@ class TestKernelsByName:
         assert list(got.items()) == [("attn", [0.5, 50.0]), ("gemm", [1.0, 30.0]), ("gpu_memcpy", [0.5, 4.0])]
 
 
+BUSY_RESULT = {"algorithm": "A", "steps": 2, "busy_ms": 2.0, "kernels": 20, "kernels_by_name": {
+    "_fwd_kernel": [41.0, 400.0], "nvjet_sm90_tst_192x64_64x6_2x1_v_bz_TNT": [36.0, 300.0],
+    "void cublasLt::splitKreduce_kernel<32, 16>": [5.0, 20.0], "gather_kernel": [1.0, 70.0],
+    "gpu_memcpy": [3.0, 9.0], "void flashinfer::norm::RMSNormKernel<8u>": [3.0, 100.0]}}
+"""A decode_busy result of 2 steps: 899 of its 1000 µs a step among the listed kernels."""
+
+
+class TestKernelClasses:
+    def test_the_projects_kernels_are_read_off_its_sources(self):
+        """Every @triton.jit ``*_kernel`` of repro/kernels, none of its helpers."""
+        names = decode_busy.repro_kernel_names()
+        assert {"stream_kernel", "select_kernel", "threshold_kernel", "gather_kernel", "enum_kernel",
+                "accept_kernel", "rows_kernel", "tree_inputs_kernel"} <= names
+        assert "top_candidates" not in names and "_scan_top_keys" not in names
+
+    def test_each_listed_kernel_counts_once_in_its_class(self):
+        """Attention, GEMMs (split-K reductions too), repro, copies, the rest (FlashInfer's norm is not
+        attention); unlisted is the busy time past the listed kernels; all is busy time and launches."""
+        got = decode_busy.kernel_classes(BUSY_RESULT, decode_busy.repro_kernel_names())
+        assert got["attention"] == [41.0, 400.0] and got["GEMMs"] == [41.0, 320.0]
+        assert got["repro"] == [1.0, 70.0] and got["copies"] == [3.0, 9.0] and got["rest"] == [3.0, 100.0]
+        assert got["unlisted"][1] == 1000.0 - 899.0 and got["all"] == [10.0, 1000.0]
+
+    def test_compare_prints_both_and_the_difference(self, tmp_path, capsys):
+        """--compare: a markdown row per class, B - A last; a missing file is one line and exit 2."""
+        a, b = tmp_path / "a.json", tmp_path / "b.json"
+        a.write_text(json.dumps(BUSY_RESULT))
+        slower = {**BUSY_RESULT, "algorithm": "B", "kernels_by_name": {**BUSY_RESULT["kernels_by_name"],
+                                                                          "_fwd_kernel": [41.0, 450.0]}}
+        b.write_text(json.dumps(slower))
+        assert decode_busy.main(["--compare", str(a), str(b)]) == 0
+        out = capsys.readouterr().out
+        assert out.startswith("| kernels | A | B | difference |")
+        assert "| attention | 400 (41) | 450 (41) | +50 |" in out
+        assert decode_busy.main(["--compare", str(a), str(tmp_path / "none.json")]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("decode_busy: --compare needs") and err.count("\n") == 1
+
+
 class TestStartDecoding:
     def test_clients_send_again_until_stopped(self):
         """Each client sends its next request as soon as one ends (a speculative decode finishes a

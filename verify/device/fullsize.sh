@@ -11,7 +11,9 @@
 #   bash verify/device/fullsize.sh busy NAME [ALGO] [C] [B] # GPU busy fraction of 30 served decode steps
 #                                   # and each kernel's GPU time a step (torch profiler; AR, c = 1 by
 #                                   # default; DDTREE at budget B; STACK=1 adds the host's Python
-#                                   # stacks; one server start, ~2-4 min)
+#                                   # stacks; BUSY_TOKENS: tokens a request, 2048, 256 as the bench's;
+#                                   # one server start, ~2-4 min; two results side by side by kernel
+#                                   # class: python -m verify.bench.decode_busy --compare A.json B.json)
 #   bash verify/device/fullsize.sh bench NAME [ALGOS] [BUDGETS]
 #                                   # repro bench full-h200-NAME: AR, DFLASH, DDTREE B 16..512 x c 1/4/16
 #                                   # x T 0/1 (one server per algorithm and budget, ~3-6 min each);
@@ -92,7 +94,7 @@ cost)
   ;;
 busy)
   timeout 570 python3 -m verify.bench.decode_busy "full-h200-$name" --algorithm "${3:-AR}" --concurrency "${4:-1}" \
-    ${5:+--budget "$5"} ${STACK:+--with-stack} --models-dir "$MODELS" \
+    ${5:+--budget "$5"} ${STACK:+--with-stack} --max-new-tokens "${BUSY_TOKENS:-2048}" --models-dir "$MODELS" \
     --out "$OUT/busy-$name-${3:-AR}${5:+-B$5}-c${4:-1}.json" 2>&1 | tail -20 | tee "$OUT/busy-$name.log"
   rc=${PIPESTATUS[0]}
   ;;
