@@ -18,7 +18,7 @@ from typing import Any
 
 from repro.errors import UsageError
 from repro.evidence import plots
-from repro.evidence.results import HEADERS, format_table, read_records, results_files, summarize, table_rows
+from repro.evidence.results import HEADERS, Cell, format_table, read_records, results_files, summarize, table_rows
 from repro.evidence.verdicts import FAIL, judge, tp_ep_points
 from repro.files import write_atomic
 from repro.serving.profiles import Profile, load_profiles, load_thresholds
@@ -105,6 +105,23 @@ def _fingerprints(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
              "report (no benchmark results carry one)"}]
 
 
+def pooled_revisions(records: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """Cells whose requests came from runs at more than one commit (``revision``, ``+dirty`` for a
+    working tree with changes): their rows average different code. {cell: [revisions]}."""
+    revision: dict[str, str] = {}
+    for r in records:
+        git = (r.get("fingerprint") or {}).get("git") if r.get("kind") == "run" else None
+        if isinstance(git, dict) and git.get("revision"):
+            revision[r["session"]] = f"{git['revision'][:7]}{'+dirty' if git.get('dirty') else ''}"
+    by_cell: dict[str, set[str]] = {}
+    for r in records:
+        if r.get("kind") == "request" and r.get("session") in revision:
+            c = Cell(**r["cell"])
+            subject = f"{c.profile} {c.label} c={c.concurrency} T={c.temperature:g}"
+            by_cell.setdefault(subject, set()).add(revision[r["session"]])
+    return {cell: sorted(revs) for cell, revs in sorted(by_cell.items()) if len(revs) > 1}
+
+
 def _profiles(by_file: dict[Path, list[dict[str, Any]]], path: Path | None) -> dict[str, Profile]:
     """Profiles as the benchmarks ran them, else as the profiles file defines them."""
     profiles = dict(load_profiles(path))
@@ -166,8 +183,11 @@ def _markdown(data: dict[str, Any], summaries: list[Any]) -> str:
                else "No benchmark results.")
     out += ["", ("tok/s: output tokens over wall time per cell; tau: completion tokens / verify "
                  "rounds (bonus included); ITL: inter-token latency, a chunk of k tokens counting as k "
-                 "gaps; speedup: tok/s over AR at the same concurrency and temperature."), "",
-            "## TP vs TP+EP", ""]
+                 "gaps; speedup: tok/s over AR at the same concurrency and temperature.")]
+    if data["pooled_revisions"]:
+        out += ["", "Cells pooled from runs at more than one commit (their figures average different code):", "",
+                *(f"- {cell}: {', '.join(revs)}" for cell, revs in data["pooled_revisions"].items())]
+    out += ["", "## TP vs TP+EP", ""]
     if data["tp_vs_ep"]:
         rows = [[p["machine"], p["label"], str(p["concurrency"]), f"{p['temperature']:g}",
                  f"{p['tp_tok_s']:.1f}", f"{p['ep_tok_s']:.1f}", f"{p['ratio']:.2f}"]
@@ -240,6 +260,7 @@ def main(args: argparse.Namespace) -> int:
         "verdicts": [asdict(v) for v in verdicts],
         "summaries": [{**asdict(s.cell), **{k: v for k, v in asdict(s).items() if k != "cell"}}
                       for s in summaries],
+        "pooled_revisions": pooled_revisions(records),
         "tp_vs_ep": [{**asdict(p), "ratio": p.ratio} for p in points], "plots": drawn, "tune": tunes,
         "verify_cost": costs,
     }

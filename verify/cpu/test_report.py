@@ -75,6 +75,27 @@ class TestReport:
         assert "| tau | test-h200-tp1 DDTREE B=32 c=1 T=0 | 1 | >= 3.3 | FAIL |" in md
         assert "- TP vs TP+EP output throughput vs concurrency: not drawn" in md
 
+    def test_cells_pooled_across_commits_are_named(self, tmp_path: Path) -> None:
+        """A cell whose requests came from runs at two commits is listed with both (a dirty tree
+        marked); a cell from one commit, or from runs without a fingerprint, is not."""
+        tp = get_profile("test-h200-tp1")
+
+        def run(session: str, revision: str, *, dirty: bool) -> dict:
+            return {"kind": "run", "session": session, "profiles": {tp.name: tp.to_dict()},
+                    "fingerprint": {"git": {"revision": revision, "dirty": dirty}}}
+
+        ar, dd = cell("AR", profile=tp.name), cell("DDTREE", 32, profile=tp.name)
+        rows = [run("a", "1111111aaaa", dirty=False), run("b", "2222222bbbb", dirty=True), {"kind": "run", "session": "c"},
+                request(dd, 0, verify=8, session="a"), request(dd, 1, verify=8, session="b"),
+                request(ar, 0, session="a"), request(ar, 1, session="c")]
+        path = tmp_path / "r.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        assert cli.main(["report", str(path), "-o", str(tmp_path / "rep")]) == 0
+        data = json.loads((tmp_path / "rep" / "report.json").read_text())
+        assert data["pooled_revisions"] == {"test-h200-tp1 DDTREE B=32 c=1 T=0": ["1111111", "2222222+dirty"]}
+        md = (tmp_path / "rep" / "report.md").read_text()
+        assert "- test-h200-tp1 DDTREE B=32 c=1 T=0: 1111111, 2222222+dirty" in md
+
     def test_tiers_only_report_uses_this_machines_fingerprint(self, tmp_path: Path,
                                                               monkeypatch) -> None:
         """With no results (make verify on a CPU box) the report still lists the tiers."""
