@@ -264,6 +264,7 @@ class CellSummary:
     requests: int
     output_tokens: int
     output_tok_s: float
+    decode_tok_s: float | None  # steady state: tokens after each request's first over the time after it, x c
     tau_mean: float | None
     ttft_p50_ms: float | None
     itl_p50_ms: float | None
@@ -283,10 +284,13 @@ def _summary(cell: Cell, rows: list[dict[str, Any]]) -> CellSummary:
     taus = [r["tau"] for r in rows if r.get("tau") is not None]
     # Inter-token latency per token: a chunk of k tokens after a gap g counts as k gaps of g/k.
     itl = [gap / n for r in rows for gap, n in r.get("chunks", []) for _ in range(n)]
+    # Steady-state decode: the first token's wait (prefill, queueing; TTFT) left out; c requests at once.
+    decode_s = sum(gap for r in rows for gap, _ in r.get("chunks", []))
     ms = lambda v: None if v is None else v * 1e3  # noqa: E731
     return CellSummary(
         cell=cell, requests=len(rows), output_tokens=tokens,
         output_tok_s=tokens / wall if wall > 0 else 0.0,
+        decode_tok_s=cell.concurrency * len(itl) / decode_s if decode_s > 0 else None,
         tau_mean=sum(taus) / len(taus) if taus else None,
         ttft_p50_ms=ms(percentile([r["ttft_s"] for r in rows], 50)),
         itl_p50_ms=ms(percentile(itl, 50)), itl_p99_ms=ms(percentile(itl, 99)), taus=taus,
@@ -316,7 +320,7 @@ def summarize(records: Iterable[dict[str, Any]]) -> list[CellSummary]:
     return summaries
 
 
-HEADERS = ("profile", "algorithm", "c", "T", "n", "tok/s", "tau", "TTFT p50 ms", "ITL p50 ms",
+HEADERS = ("profile", "algorithm", "c", "T", "n", "tok/s", "decode tok/s", "tau", "TTFT p50 ms", "ITL p50 ms",
            "ITL p99 ms", "speedup")
 
 
@@ -327,7 +331,7 @@ def _fmt(value: float | None, digits: int = 1) -> str:
 def table_rows(summaries: Iterable[CellSummary]) -> list[list[str]]:
     """Summary rows as strings, in :data:`HEADERS` order."""
     return [[s.cell.profile, s.cell.label, str(s.cell.concurrency), f"{s.cell.temperature:g}",
-             str(s.requests), _fmt(s.output_tok_s), _fmt(s.tau_mean, 2), _fmt(s.ttft_p50_ms),
+             str(s.requests), _fmt(s.output_tok_s), _fmt(s.decode_tok_s), _fmt(s.tau_mean, 2), _fmt(s.ttft_p50_ms),
              _fmt(s.itl_p50_ms, 2), _fmt(s.itl_p99_ms, 2),
              "-" if s.speedup is None else f"{s.speedup:.2f}x"]
             for s in summaries]

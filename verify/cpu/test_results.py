@@ -97,6 +97,19 @@ class TestSummaries:
         (s,) = summarize([request(cell(), 0)])
         assert s.itl_p50_ms == pytest.approx(1.0) and s.itl_p99_ms == pytest.approx(3.94)
 
+    def test_decode_throughput_leaves_the_first_token_out(self) -> None:
+        """decode tok/s: the tokens after each request's first over the gaps before them, times c;
+        a slower first token lowers tok/s but not the decode rate."""
+        fast, slow = cell(concurrency=4), cell(concurrency=4, profile="other")
+        rows = [request(fast, i, end=1.0) | {"chunks": [[0.010, 5], [0.010, 5]]} for i in range(4)]
+        rows += [request(slow, i, end=1.5) | {"ttft_s": 0.51, "chunks": [[0.010, 5], [0.010, 5]]}
+                 for i in range(4)]
+        by_profile = {s.cell.profile: s for s in summarize(rows)}
+        assert by_profile[fast.profile].decode_tok_s == pytest.approx(4 * 10 / 0.020)
+        assert by_profile["other"].decode_tok_s == pytest.approx(by_profile[fast.profile].decode_tok_s)
+        assert by_profile["other"].output_tok_s < by_profile[fast.profile].output_tok_s
+        assert summarize([request(cell(), 0) | {"chunks": []}])[0].decode_tok_s is None
+
     def test_summaries_sort_ar_dflash_then_budgets(self) -> None:
         """Cells sort AR, DFLASH, then DDTREE by numeric budget."""
         rows = [request(cell("DDTREE", 64), 0), request(cell("DDTREE", 8), 0),
