@@ -172,7 +172,8 @@ class _Table:
             self.fail(unknown[0], f"is not a known key (known: {', '.join(sorted(allowed))})")
 
     def fail(self, key: str, problem: str) -> None:
-        msg = f"{self.where}: key '{key}' {problem}"
+        shown = f"'{key}'" if key.isprintable() else repr(key)  # a key with a newline stays on one line
+        msg = f"{self.where}: key {shown} {problem}"
         raise UsageError(msg)
 
     def get(self, key: str, kind: type | tuple[type, ...], default: Any = None, *,

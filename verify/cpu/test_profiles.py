@@ -149,13 +149,15 @@ class TestThresholds:
         ('[sets.a.tau-floor]\nEAGLE = 2\nsource = "s"\n', r"key 'EAGLE' is not a known key"),
         ('[sets.a.tp-over-ep]\nmin = "1"\nsource = "s"\n', r"key 'min' must be int or float"),
         ("[sets.a]\nat = { concurrency = 0 }\n", r"key 'concurrency' must be an integer >= 1"),
+        ('"\\n" = 1\n', r"key '\\n' is not a known key"),  # a quoted key with a newline: shown escaped
     ])
     def test_bad_threshold_set_is_one_line(self, tmp_path: Path, text: str, message: str) -> None:
         """A malformed threshold set raises one UsageError line naming the key."""
         path = tmp_path / "t.toml"
         path.write_text(text)
-        with pytest.raises(UsageError, match=message):
+        with pytest.raises(UsageError, match=message) as err:
             load_thresholds(path)
+        assert "\n" not in str(err.value)
 
 
 class TestModelPaths:
