@@ -1,25 +1,23 @@
 """How busy a served decode keeps the GPU (torch profiler): is AR on a full-size target GPU-bound?
 
-    python -m verify.bench.decode_busy full-h200-qwen3-8b --models-dir MODELS --out results/busy.json
+    python -m verify.bench.decode_busy full-h200-qwen3-8b --models-dir MODELS --out results/
+    python -m verify.bench.decode_busy full-h200-qwen3-8b --algorithm DFLASH DDTREE-B63 --concurrency 1 16 \
+        --max-total-tokens 65536 --models-dir MODELS --out results/      # four profiles, two servers
     python -m verify.bench.decode_busy --trace TRACE.json.gz        # a saved trace's figures (no GPU)
     python -m verify.bench.decode_busy --compare A.json B.json      # two results' rounds by kernel class (no GPU)
 
-Starts the profile's server (AR unless ``--algorithm``; DDTREE at ``--budget``, else the
-profile's) with ``SGLANG_TORCH_PROFILER_DIR`` set, keeps ``--concurrency`` clients sending long
-greedy requests one after another (so a speculative decode, which finishes a request in a second
-or two, still covers the profiled steps) and, once they decode, asks ``/start_profile`` for
-``--steps`` forward steps of CPU and GPU activity. In the Chrome trace SGLang writes, the GPU
-busy time is the union of the kernel and memcpy/memset intervals, the window runs from the first
-to the last of them, and busy / window is the fraction of the decode the GPU worked (the issue's
-acceptance asks >= 0.8 for AR). ms per step is the window over the steps; ``kernels_by_name``
-gives each kernel's launches and GPU µs per step (the largest first), to set two algorithms'
-rounds side by side.
-
-``--with-stack`` also records Python stacks and adds where the host's time goes: per step, the
-launches and CPU ops (``served_round.counts_of``) and the inclusive time of the most expensive
-Python functions (``trace_functions``); ``--profile-file`` serves a variant of the profiles.
-``--compare`` sets two results side by side by kernel class (``kernel_classes``: attention,
-GEMMs, the project's Triton kernels, copies, the rest), as a markdown table.
+Starts the profile's server for each ``--algorithm`` (AR by default; ``DDTREE`` at the profile's
+budget, ``DDTREE-B63`` at 63) together, with ``SGLANG_TORCH_PROFILER_DIR`` set (``--max-total-tokens``
+caps each KV cache, so several fit: SGLang sizes its cache from the memory free at its start). Then,
+one server and one concurrency at a time, keeps ``c`` clients sending long greedy requests one after
+another (so a speculative decode, which finishes a request in a second or two, still covers the
+profiled steps) and, once they decode, asks ``/start_profile`` for ``--steps`` forward steps of CPU
+and GPU activity. In the Chrome trace SGLang writes, the GPU busy time is the union of the kernel
+and memcpy/memset intervals, the window runs from the first to the last of them, and busy / window
+is the fraction of the decode the GPU worked (the issue's acceptance asks >= 0.8 for AR). ms per
+step is the window over the steps; ``kernels_by_name`` gives each kernel's launches and GPU µs per
+step (the largest first), to set two algorithms' rounds side by side. Each run's result is
+``--out``/busy-TARGET-LABEL-cC.json (``result_name``).
 """
 
 from __future__ import annotations
@@ -33,12 +31,16 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from contextlib import suppress
+from contextlib import ExitStack, suppress
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from repro.errors import ReproError, UsageError
 from verify.bench.served_round import counts_of, read_trace
 from verify.bench.verify_cost import busy_time
+
+if TYPE_CHECKING:
+    from repro.serving.sglang_server import SGLangServer
 
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 KERNEL_CLASSES = (
@@ -147,44 +149,84 @@ def _post(port: int, path: str, body: dict) -> tuple[int, bytes]:
         conn.close()
 
 
-def measure(args: argparse.Namespace) -> dict:
-    """Serve, decode, profile ``args.steps`` steps; the trace's figures and where it lies."""
+def parse_run(label: str) -> tuple[str, int | None]:
+    """``AR``, ``DFLASH``, ``DDTREE`` (the profile's budget) or ``DDTREE-B63``: (algorithm, budget)."""
+    algorithm, sep, budget = label.upper().partition("-B")
+    if sep and not (algorithm == "DDTREE" and budget.isdigit()):
+        msg = f"--algorithm takes AR, DFLASH, DDTREE or DDTREE-B<budget> (got {label!r})"
+        raise UsageError(msg)
+    return algorithm, int(budget) if budget else None
+
+
+def result_name(profile: str, label: str, concurrency: int) -> str:
+    """The file a run's result is written to: ``busy-TARGET-LABEL-cC.json`` (``full-h200-`` dropped)."""
+    target = profile.removeprefix("full-h200-")
+    return f"busy-{target}-{label.replace(' B=', '-B')}-c{concurrency}.json"
+
+
+def measure(args: argparse.Namespace) -> list[dict]:
+    """Start every ``--algorithm``'s server at once, then in turn decode and profile each at each
+    ``--concurrency`` (one at a time: the GPU is shared); one result per (algorithm, c)."""
     from repro.serving.profiles import get_profile, models_dir
     from repro.serving.sglang_server import SGLangServer, free_port
 
-    profile = get_profile(args.profile, args.profile_file).with_algorithm(args.algorithm, args.budget)
-    trace_dir = (args.out.parent / f"trace-{args.profile}-{args.algorithm}").resolve()
-    trace_dir.mkdir(parents=True, exist_ok=True)
-    profile = dataclasses.replace(profile, env={**profile.env, "SGLANG_TORCH_PROFILER_DIR": str(trace_dir)})
-    port = free_port()
+    base = get_profile(args.profile, args.profile_file)
+    if args.max_total_tokens:  # several servers share the memory free at their start
+        base = dataclasses.replace(base, sglang={**base.sglang, "max-total-tokens": args.max_total_tokens})
+    profiles = [base.with_algorithm(*parse_run(label)) for label in args.algorithm]
+    results: list[dict] = []
+    with ExitStack() as stack:
+        servers = []
+        for algo in profiles:
+            tag = algo.label.replace(" B=", "-B")
+            trace_dir = (args.out / f"trace-{args.profile}-{tag}").resolve()
+            trace_dir.mkdir(parents=True, exist_ok=True)
+            profile = dataclasses.replace(algo, env={**algo.env, "SGLANG_TORCH_PROFILER_DIR": str(trace_dir)})
+            port = free_port()
+            log = args.out / f"srv-busy-{args.profile}-{tag}.log"
+            servers.append((profile, port, trace_dir, stack.enter_context(
+                SGLangServer(profile, port=port, models_root=models_dir(args.models_dir), log_path=log))))
+        starts = [server.wait_healthy(profile.start_timeout) for profile, _, _, server in servers]
+        for (profile, port, trace_dir, server), start_s in zip(servers, starts, strict=True):
+            for concurrency in args.concurrency:
+                result = {"profile": args.profile, "algorithm": profile.label, "concurrency": concurrency,
+                          "steps": args.steps, "start_s": start_s, "max_new_tokens": args.max_new_tokens,
+                          **_profile_decode(args, server, port, trace_dir, concurrency)}
+                path = args.out / result_name(args.profile, profile.label, concurrency)
+                path.write_text(json.dumps(result, indent=1) + "\n")
+                print(f"decode_busy: {profile.label} c {concurrency}: {result['ms_per_step']:.2f} ms a step, "
+                      f"busy {result['busy_fraction']:.0%} -> {path}", flush=True)
+                results.append(result)
+    return results
+
+
+def _profile_decode(args: argparse.Namespace, server: SGLangServer, port: int, trace_dir: Path, concurrency: int) -> dict:
+    """``concurrency`` clients decoding on ``server``, ``args.steps`` steps profiled; the figures."""
     prompt = [(17 * i) % 4000 + 10 for i in range(256)]  # inside every served vocabulary (the 4-layer: 4096)
     payload = {"input_ids": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": args.max_new_tokens,
                                                         "ignore_eos": True}}
-    with SGLangServer(profile, port=port, models_root=models_dir(args.models_dir),
-                      log_path=args.out.parent / f"srv-busy-{args.profile}-{args.algorithm}.log") as server:
-        start_s = server.wait_healthy(profile.start_timeout)
-        stop = threading.Event()
-        clients = start_decoding(lambda: server.client.generate(payload), args.concurrency, stop)
-        try:
-            time.sleep(args.settle)  # past the prefill, into steady decoding
-            earlier = set(trace_dir.glob("*.json.gz"))  # an earlier run's traces in the same directory
-            status, body = _post(port, "/start_profile", {"output_dir": str(trace_dir), "num_steps": args.steps,
-                                                          "activities": ["CPU", "GPU"], "with_stack": args.with_stack})
-            if status != 200:
-                msg = f"POST /start_profile returned HTTP {status}: {body[:200]!r}"
-                raise RuntimeError(msg)
-            trace, figures = _finished_trace(trace_dir, time.monotonic() + 180, earlier)
-        finally:
-            stop.set()
-        if not any(t.is_alive() for t in clients) and clients[0].failed:  # every client gave up
-            msg = f"the server failed every request ({clients[0].failed})"
+    stop = threading.Event()
+    clients = start_decoding(lambda: server.client.generate(payload), concurrency, stop)
+    try:
+        time.sleep(args.settle)  # past the prefill, into steady decoding
+        earlier = set(trace_dir.glob("*.json.gz"))  # an earlier run's traces in the same directory
+        status, body = _post(port, "/start_profile", {"output_dir": str(trace_dir), "num_steps": args.steps,
+                                                      "activities": ["CPU", "GPU"], "with_stack": args.with_stack})
+        if status != 200:
+            msg = f"POST /start_profile returned HTTP {status}: {body[:200]!r}"
             raise RuntimeError(msg)
+        trace, figures = _finished_trace(trace_dir, time.monotonic() + 180, earlier)
+    finally:
+        stop.set()
+        for c in clients:
+            c.join(timeout=150)  # the next concurrency starts on an idle server
+    if all(c.failed for c in clients):  # every client gave up
+        msg = f"the server failed every request ({clients[0].failed})"
+        raise RuntimeError(msg)
     events = read_trace(trace)
     host = {"host": counts_of(events, args.steps), "functions": _functions_of(events, args.steps)} \
         if args.with_stack else {}
-    return {"profile": args.profile, "algorithm": profile.label, "concurrency": args.concurrency,
-            "steps": args.steps, "start_s": start_s, "trace": str(trace),
-            "ms_per_step": figures["window_ms"] / args.steps, **figures,
+    return {"trace": str(trace.relative_to(args.out.resolve())), "ms_per_step": figures["window_ms"] / args.steps, **figures,
             "kernels_by_name": kernels_by_name(events, args.steps), **host}
 
 
@@ -248,16 +290,19 @@ def main(argv: list[str] | None = None) -> int:
     """Measure a served decode, or read a saved trace; print and write the figures as JSON."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("profile", nargs="?", help="a profile of repro/data/profiles.toml")
-    p.add_argument("--algorithm", default="AR")
-    p.add_argument("--budget", type=int, default=None, help="the DDTREE budget (default: the profile's)")
-    p.add_argument("--concurrency", type=int, default=1)
+    p.add_argument("--algorithm", nargs="+", default=["AR"], metavar="LABEL",
+                   help="AR, DFLASH, DDTREE (the profile's budget) or DDTREE-B<budget>; several start together")
+    p.add_argument("--concurrency", type=int, nargs="+", default=[1], help="each profiled in turn")
+    p.add_argument("--max-total-tokens", type=int, default=None,
+                   help="cap each server's KV cache (several servers starting together)")
     p.add_argument("--steps", type=int, default=30, help="forward steps to profile")
     p.add_argument("--settle", type=float, default=5.0, help="seconds of decoding before profiling")
     p.add_argument("--max-new-tokens", type=int, default=2048)
     p.add_argument("--models-dir", type=Path, default=None)
     p.add_argument("--profile-file", type=Path, default=None, help="another profiles.toml")
     p.add_argument("--with-stack", action="store_true", help="also where the host's time goes (Python stacks)")
-    p.add_argument("--out", type=Path, default=Path("results/decode_busy.json"))
+    p.add_argument("--out", type=Path, default=Path("results"),
+                   help="a folder: busy-TARGET-LABEL-cC.json for each run, the traces, the servers' logs")
     p.add_argument("--trace", type=Path, metavar="TRACE", help="only read the figures of a saved trace")
     p.add_argument("--compare", type=Path, nargs=2, metavar=("A", "B"),
                    help="only set two saved results (--out files) side by side by kernel class")
@@ -266,17 +311,15 @@ def main(argv: list[str] | None = None) -> int:
         return _read_saved(args)
     if not args.profile:
         p.error("PROFILE is required (or --trace TRACE)")
+    args.out.mkdir(parents=True, exist_ok=True)
     try:
-        result = measure(args)
+        measure(args)
     except UsageError as e:
         print(f"decode_busy: {e}", file=sys.stderr)
         return 2
     except (RuntimeError, ValueError) as e:  # a ReproError, a server that failed, a bad trace
         print(f"decode_busy: {e}", file=sys.stderr)
         return 1
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
-    print(json.dumps(result))
     return 0
 
 

@@ -47,6 +47,27 @@ class TestTraceBusy:
         assert "PROFILE must be one of" in capsys.readouterr().err
 
 
+class TestRuns:
+    @pytest.mark.parametrize(("label", "run"), [("AR", ("AR", None)), ("dflash", ("DFLASH", None)),
+                                                 ("DDTREE", ("DDTREE", None)), ("DDTREE-B63", ("DDTREE", 63))])
+    def test_labels_name_an_algorithm_and_budget(self, label, run):
+        """A bare DDTREE takes the profile's budget (None); -B<n> sets it."""
+        assert decode_busy.parse_run(label) == run
+
+    @pytest.mark.parametrize("label", ["DFLASH-B16", "DDTREE-B", "DDTREE-Bx"])
+    def test_a_bad_label_is_one_usage_line(self, label, tmp_path, capsys):
+        """A budget on another algorithm, or none after -B: exit 2 before any server starts."""
+        argv = ["full-h200-qwen3-8b", "--algorithm", "DFLASH", label, "--out", str(tmp_path)]
+        assert decode_busy.main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("decode_busy: --algorithm takes AR, DFLASH, DDTREE or DDTREE-B<budget>")
+        assert err.count("\n") == 1
+
+    def test_result_names_match_the_labels(self):
+        """One file per (label, c), named as fullsize.sh and the committed docs/perf files are."""
+        assert decode_busy.result_name("full-h200-qwen3-8b", "DDTREE B=63", 16) == "busy-qwen3-8b-DDTREE-B63-c16.json"
+        assert decode_busy.result_name("test-h200-tp1", "AR", 1) == "busy-test-h200-tp1-AR-c1.json"
+
 class TestFinishedTrace:
     def test_a_trace_still_being_written_is_waited_for(self, tmp_path, monkeypatch):
         """SGLang's trace file appears before it is whole: a truncated gzip is passed over until

@@ -8,12 +8,13 @@
 #   bash verify/device/fullsize.sh greedy NAME [AR|DDTREE] # planted output == AR == DDTREE B=64, one
 #                                                          # server per algorithm (~3-8 min each)
 #   bash verify/device/fullsize.sh cost NAME              # forward ms vs N = 1..513 at bs 1, 4 (~3-6 min)
-#   bash verify/device/fullsize.sh busy NAME [ALGO] [C] [B] # GPU busy fraction of 30 served decode steps
-#                                   # and each kernel's GPU time a step (torch profiler; AR, c = 1 by
-#                                   # default; DDTREE at budget B; STACK=1 adds the host's Python
-#                                   # stacks; BUSY_TOKENS: tokens a request, 2048, 256 as the bench's;
-#                                   # one server start, ~2-4 min; two results side by side by kernel
-#                                   # class: python -m verify.bench.decode_busy --compare A.json B.json)
+#   bash verify/device/fullsize.sh busy NAME [ALGOS] [CS] # GPU busy fraction of 30 served decode steps
+#                                   # and each kernel's GPU time a step (torch profiler) for each of
+#                                   # ALGOS (AR; e.g. DFLASH,DDTREE-B63: servers start together, KV caches
+#                                   # capped at BUSY_KV, 65536) at each of CS (1; e.g. 1,16), one at a time;
+#                                   # STACK=1 adds the host's Python stacks; BUSY_TOKENS: tokens a request,
+#                                   # 2048, 256 as the bench's; ~2-4 min a start, ~30 s a profile; two results
+#                                   # side by side: python -m verify.bench.decode_busy --compare A.json B.json)
 #   bash verify/device/fullsize.sh bench NAME [ALGOS] [BUDGETS]
 #                                   # repro bench full-h200-NAME: AR, DFLASH, DDTREE B 16..512 x c 1/4/16
 #                                   # x T 0/1 (one server per algorithm and budget, ~3-6 min each);
@@ -93,9 +94,10 @@ cost)
   rc=${PIPESTATUS[0]}
   ;;
 busy)
-  timeout 570 python3 -m verify.bench.decode_busy "full-h200-$name" --algorithm "${3:-AR}" --concurrency "${4:-1}" \
-    ${5:+--budget "$5"} ${STACK:+--with-stack} --max-new-tokens "${BUSY_TOKENS:-2048}" --models-dir "$MODELS" \
-    --out "$OUT/busy-$name-${3:-AR}${5:+-B$5}-c${4:-1}.json" 2>&1 | tail -20 | tee "$OUT/busy-$name.log"
+  algos=${3:-AR} cs=${4:-1}
+  timeout 570 python3 -m verify.bench.decode_busy "full-h200-$name" --algorithm ${algos//,/ } --concurrency ${cs//,/ } \
+    ${STACK:+--with-stack} --max-new-tokens "${BUSY_TOKENS:-2048}" --models-dir "$MODELS" --out "$OUT" \
+    $([ "$algos" = "${algos/,/}" ] || echo --max-total-tokens "${BUSY_KV:-65536}") 2>&1 | tail -20 | tee "$OUT/busy-$name.log"
   rc=${PIPESTATUS[0]}
   ;;
 bench)

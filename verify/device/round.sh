@@ -100,7 +100,7 @@ host)
   rc=0
   for algo in ${@:-DDTREE DFLASH AR}; do
     OUT=$OUT/host $SGL -- python3 -m verify.bench.decode_busy test-h200-tp1 --algorithm "$algo" --with-stack --settle 1 --max-new-tokens 3800 \
-      --models-dir "$MODELS" "${variant[@]}" --out "$OUT/host-$algo${NORADIX:+-noradix}.json" >>"$OUT/host.log" 2>&1 || rc=1
+      --models-dir "$MODELS" "${variant[@]}" --out "$OUT/host${NORADIX:+-noradix}" >>"$OUT/host.log" 2>&1 || rc=1
   done
   tail -n 5 "$OUT/host.log"
   ;;
