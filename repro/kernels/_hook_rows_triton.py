@@ -40,7 +40,7 @@ def _uniform(h):
 def rows_kernel(
     roots, roots_stride, prefix, prefix_stride, powers, logits_tab, rank_thr, level_thr,
     out, out_stride_b, out_stride_d, top1, top1_stride_b, top1_stride_d,
-    vocab, vocab_start, width, seed_term, levels, ranks,
+    vocab, vocab_start, width, seed_term, levels, ranks, stride_log2,
     L: tl.constexpr, KP: tl.constexpr, RP: tl.constexpr, BLOCK: tl.constexpr, ROWS: tl.constexpr,
     TOP1: tl.constexpr,
 ):
@@ -68,10 +68,11 @@ def rows_kernel(
     if ROWS:
         v = vocab_start + tile * BLOCK + tl.arange(0, BLOCK)
         inside = v < vocab_start + width
-        slot = v - correct - 1  # v's decoy rank, (v - correct - 1) mod V, without a division
+        slot = v - correct - 1  # (v - correct - 1) mod V, without a division
         slot = tl.where(slot < 0, slot + vocab, slot)  # (V - 1 for the correct token)
-        j = tl.where(v == correct, rank, slot)  # v's rank in this row; >= ranks: not ranked
-        ranked = (j < ranks) & ((v == correct) | (slot != rank))
+        decoy = tl.where((slot & ((1 << stride_log2) - 1)) == 0, slot >> stride_log2, ranks)  # v's decoy rank
+        j = tl.where(v == correct, rank, decoy)  # v's rank in this row; >= ranks: not ranked
+        ranked = (j < ranks) & ((v == correct) | (decoy != rank))
         val = tl.load(logits_tab + level * ranks + j, mask=inside & ranked, other=_OFF)
         row_dst = out + b * out_stride_b + (d - 1) * out_stride_d + (v - vocab_start)
         tl.store(row_dst, val.to(out.dtype.element_ty), mask=inside)

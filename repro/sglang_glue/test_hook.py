@@ -14,7 +14,12 @@ continuation of a root ``r`` is ``succ(r), succ(succ(r)), ...``, so the correct 
 ``j < R`` the logit ``logits[k, j]`` (rank 0 is 0, a unique maximum; the values strictly decrease,
 are exact in float32, bfloat16 and float16, and stop at -30), every other token -30. The correct
 token ``c_d`` sits at rank ``j`` with probability ``law[k, j]`` (absent with the rest); decoys
-``(c_d + 1 + j) mod V`` fill the other ranks.
+``(c_d + 1 + j * S) mod V`` fill the other ranks, ``S`` (``decoy_stride``) the largest power of two
+at most V / R: spread over the vocabulary as a real drafter's candidates are, not packed into one
+group of 32 ids (which sent ``repro.kernels.topk_lse``'s group-key select down its slow path at
+every K > 2: 81 µs a B 16 round on the full-size target where spread rows take 16). A rank's
+decoy is the same token for a given correct token at every budget, and trees break ties by rank,
+never by id, so the law of acceptance does not depend on ``S``.
 
 **The draws.** Everything is a deterministic hash of (seed, root, prefix length, depth): two
 24-bit uniforms per row (one for the level, one for the rank), identical on every TP rank, no
@@ -70,6 +75,11 @@ class DrafterTestHook:
             rows.append(cur)
             cur = succ[cur.long()]
         object.__setattr__(self, "powers", torch.stack(rows).contiguous())
+
+    @property
+    def decoy_stride(self) -> int:
+        """S: ids between consecutive decoys, the largest power of two at most V / R."""
+        return 1 << (max(1, self.vocab_size // self.tables.ranks).bit_length() - 1)
 
     @property
     def vocab_size(self) -> int:
@@ -141,7 +151,7 @@ class DrafterTestHook:
         correct = self.correct_tokens(roots)  # [bs, L]
         level, rank = self.draws(roots, prefix_lens)
         j = torch.arange(n_ranks, device=roots.device)
-        decoys = (correct[..., None] + 1 + j) % vocab  # [bs, L, R], never the correct token
+        decoys = (correct[..., None] + 1 + j * self.decoy_stride) % vocab  # [bs, L, R], never the correct token
         tokens = torch.where(j == rank[..., None], correct[..., None], decoys)
         out = torch.full((*correct.shape, vocab), OFF_LOGIT, dtype=torch.float32, device=roots.device)
         out.scatter_(2, tokens, self.tables.logits[level])

@@ -85,8 +85,9 @@ class TestDrafterTestHook:
         assert torch.allclose(freq, torch.tensor([0.6, 0.25, 0.1, 0.05], dtype=torch.float64), atol=0.02)
 
     def test_default_profile_rows_are_unchanged(self, tmp_path):
-        """The default hook's rows and ranks on a fixed sample hash as they did before profiles
-        existed (sha256 of the outputs of the implementation at 5683caa)."""
+        """The default hook's ranks on a fixed sample hash as they did before profiles existed
+        (sha256 of the outputs of the implementation at 5683caa), its rows as since its decoys
+        were spread over the vocabulary (``decoy_stride``)."""
         vocab = 4096
         path = tmp_path / "hook.json"
         succ = [(t * 2654435761 + 12345) % vocab for t in range(vocab)]
@@ -94,7 +95,7 @@ class TestDrafterTestHook:
         hook = DrafterTestHook.from_file(path, horizon=15, vocab_size=vocab, device="cpu")
         roots, prefix = (torch.arange(64) * 37) % vocab, torch.arange(64) * 101 + 5
         digest = lambda t: hashlib.sha256(t.numpy().tobytes()).hexdigest()  # noqa: E731
-        assert digest(hook.logits(roots, prefix)) == "679e494459fb0c66d255da18452c6529fcae45d7525285658cb39d37bab2bb5c"
+        assert digest(hook.logits(roots, prefix)) == "171d776721698c63221dd7d991934226e4d54da2cad7007fcd92275473196d80"
         assert digest(hook.ranks(roots, prefix)) == "2a60f303a37b524f82bec4d8156fdde5b19e40ef9c9ba34e823dbf1feb46fbd1"
 
     def test_named_default_profile_equals_bare_rank_probs(self, tmp_path):
@@ -190,6 +191,18 @@ class TestDrafterTestHook:
         assert hook.profile == KIMI
         assert torch.equal(hook.logits(*_draws(30)), _named(KIMI, horizon=7).logits(*_draws(30)))
 
+
+def test_decoys_lie_in_distinct_groups_of_32():
+    """The paper profile's decoys (the ranked tokens but the correct one) sit in different groups
+    of 32 ids, so the top-K's group keys see them apart, at V 4096 and at Qwen3's 151936."""
+    for vocab in (4096, 151936):
+        hook = _named("paper-qwen3-8b-math500", vocab=vocab, horizon=4)
+        roots, prefix_lens = _draws(8, vocab)
+        ranked = hook.logits(roots, prefix_lens) > -30
+        ranked.scatter_(2, hook.correct_tokens(roots)[..., None], False)
+        assert int(ranked.sum(-1).min()) >= 31  # 32 ranks, the correct token's among them or not
+        for ids in (r.nonzero().flatten() for r in ranked.flatten(0, 1)):
+            assert len(set((ids // 32).tolist())) == len(ids)
 
 class TestWriteHook:
     def test_writes_a_profile_inline(self, tmp_path):

@@ -1,0 +1,136 @@
+"""Split-KV attention for a verify forward: a batch of draft trees (or chains) against their
+requests' cached prefixes, in two Triton launches.
+
+SGLang's Triton backend verifies with its prefill kernel (``extend_attention_fwd``): one program
+per (request, query head, 128 queries) walks the request's whole prefix. At small batches that is
+a few dozen programs on a 132-SM GPU, each a long serial loop, and on the full-size dense target
+it was 40% of a round's GPU time (docs/ROUND-HOST.md). ``verify_attention`` instead
+
+- packs the G query heads of one KV head into a tile (each K/V block is read once for all G),
+- splits each prefix into ``nsplit`` slices taken by parallel programs (flash-decoding), plus one
+  program per tile for the draft tokens' own keys under the tree mask (or causal, for a chain),
+- merges the slices' partial outputs by their log-sum-exp (``combine_kernel``).
+
+The arguments are those SGLang passes its extend kernel; ``custom_mask`` uses its full-mask layout
+(row q of request b at ``mask_indptr[b] + q * (prefix + q_len) + prefix``; the prefix columns are
+never read). Shapes are static given (requests, ``max_q_len``), so CUDA graphs capture it; the
+slices are sized in the kernel from each request's prefix length. Triton is imported on the first
+call; ``TRITON_INTERPRET=1`` runs it on CPU.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import cache
+from typing import Any
+
+import torch
+
+from repro.errors import UsageError
+
+ENV = "REPRO_VERIFY_ATTENTION"
+"""Which verifies the SGLang glue (patch 0007) sends here: ``tree`` (default, DDTREE's), ``all``
+(every speculative algorithm's, chains too), ``off`` (none)."""
+BLOCK_M = 64
+"""Rows of a query tile: 64 // G draft tokens of all G heads that share a KV head."""
+BLOCK_N = 64
+"""Keys a step."""
+MAX_SPLITS = 16
+"""Most prefix slices a request (more only adds partials to merge)."""
+
+
+@cache
+def _kernels() -> tuple[Any, Any]:
+    from repro.kernels._verify_attention_triton import combine_kernel, split_kernel
+
+    return split_kernel, combine_kernel
+
+
+@cache
+def _sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
+
+
+def _pow2_floor(n: int) -> int:
+    return 1 << (max(1, n).bit_length() - 1)
+
+
+def num_splits(bs: int, kv_heads: int, m_tiles: int, sms: int) -> int:
+    """Prefix slices a request: enough programs for about two waves of ``sms``, a power of two
+    from 1 to MAX_SPLITS."""
+    return min(MAX_SPLITS, _pow2_floor(2 * sms // max(1, bs * kv_heads * m_tiles)))
+
+
+def serves(algorithm: str | None) -> bool:
+    """Whether the server's verifies come here, by ``REPRO_VERIFY_ATTENTION`` (``ENV``)."""
+    mode = os.environ.get(ENV, "tree").strip().lower()
+    if mode not in ("tree", "all", "off"):
+        msg = f"{ENV} must be tree, all or off (got {mode!r})"
+        raise UsageError(msg)
+    if algorithm is None or mode == "off":
+        return False
+    return mode == "all" or str(algorithm).upper() == "DDTREE"
+
+
+def faster(bs: int, max_q_len: int, q_heads: int, kv_heads: int, sms: int = 132) -> bool:
+    """Whether the split kernel beats SGLang's extend kernel on a verify of ``bs`` requests of
+    ``max_q_len`` draft tokens, as measured on the H200 (bench_verify_attention, docs/PERFORMANCE.md):
+    at most two query tiles a KV head (chains, trees of up to 32 tokens at G 4: 1.5-11x), or at
+    least four prefix slices a request (a 128-token tree at bs 1: 1.8-2x). Wide trees at batch
+    (64+ tokens at bs 4 and 16) re-read each KV block once per query tile and lose (0.5-0.95x)."""
+    m_tiles = -(-(max_q_len * (q_heads // kv_heads)) // BLOCK_M)
+    return m_tiles <= 2 or num_splits(bs, kv_heads, m_tiles, sms) >= 4
+
+
+def supports(q: torch.Tensor, k_buffer: torch.Tensor, *, bs: int, max_q_len: int, head_dim: int, v_head_dim: int,
+             page_size: int = 1, logit_cap: float = 0.0, sliding_window: int = -1, has_sinks: bool = False,
+             kv_scaled: bool = False, temperature_len: int = -1) -> bool:
+    """Whether ``verify_attention`` takes this layer's verify: plain softmax attention with a
+    token-granular (page 1) KV pool of the queries' dtype, power-of-two head dims, on a shape where
+    it is ``faster``; anything else (soft cap, window, sinks, fp8 KV, length-scaled queries, wide
+    trees at batch) stays with SGLang's kernel."""
+    pow2 = all(d >= 16 and d & (d - 1) == 0 for d in (head_dim, v_head_dim))
+    plain = logit_cap == 0 and sliding_window < 0 and not has_sinks and not kv_scaled and temperature_len <= 0
+    dtype = q.dtype in (torch.bfloat16, torch.float16, torch.float32) and k_buffer.dtype == q.dtype
+    return (pow2 and plain and dtype and page_size == 1
+            and faster(bs, max_q_len, q.shape[1], k_buffer.shape[1], _sm_count(q.device)))
+
+
+def verify_attention(
+    q: torch.Tensor, k_ext: torch.Tensor, v_ext: torch.Tensor, o: torch.Tensor,
+    k_buffer: torch.Tensor, v_buffer: torch.Tensor,
+    qo_indptr: torch.Tensor, kv_indptr: torch.Tensor, kv_indices: torch.Tensor,
+    custom_mask: torch.Tensor | None, mask_indptr: torch.Tensor | None, max_q_len: int, sm_scale: float,
+) -> torch.Tensor:
+    """Write softmax(q k^T * sm_scale) v into ``o`` for every draft token: ``q`` [T, Hq, D],
+    ``k_ext`` / ``v_ext`` [T, Hkv, D / Dv] (the draft tokens' own keys and values), ``o`` [T, Hq, Dv],
+    ``k_buffer`` / ``v_buffer`` [slots, Hkv, D / Dv] (the pool), ``kv_indices[kv_indptr[b]:
+    kv_indptr[b + 1]]`` request b's prefix slots, ``qo_indptr`` its draft tokens. ``custom_mask``
+    (bool or uint8, SGLang's full-mask layout) is the tree; None verifies causal chains."""
+    split_kernel, combine_kernel = _kernels()
+    tokens, q_heads, head_dim = q.shape
+    kv_heads, v_dim = k_buffer.shape[1], v_buffer.shape[2]
+    group = q_heads // kv_heads
+    bs = qo_indptr.numel() - 1
+    m_tiles = -(-(max_q_len * group) // BLOCK_M)
+    nsplit = num_splits(bs, kv_heads, m_tiles, _sm_count(q.device))
+    o_part = torch.empty(tokens, q_heads, nsplit + 1, v_dim, dtype=torch.float32, device=q.device)
+    l_part = torch.empty(tokens, q_heads, nsplit + 1, dtype=torch.float32, device=q.device)
+    mask = custom_mask if custom_mask is not None else qo_indptr  # never read without USE_MASK
+    split_kernel[(bs, kv_heads, m_tiles * (nsplit + 1))](
+        q, k_ext, v_ext, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices, mask,
+        mask_indptr if mask_indptr is not None else qo_indptr, o_part, l_part,
+        sm_scale * 1.4426950408889634,
+        q.stride(0), q.stride(1), k_ext.stride(0), k_ext.stride(1), v_ext.stride(0), v_ext.stride(1),
+        k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0), v_buffer.stride(1),
+        o_part.stride(0), o_part.stride(1), o_part.stride(2), l_part.stride(0), l_part.stride(1),
+        G=group, NSPLIT=nsplit, D=head_dim, DV=v_dim, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
+        USE_MASK=custom_mask is not None, num_warps=4, num_stages=2,
+    )
+    combine_kernel[(tokens, q_heads)](
+        o_part, l_part, o,
+        o_part.stride(0), o_part.stride(1), o_part.stride(2), l_part.stride(0), l_part.stride(1),
+        o.stride(0), o.stride(1),
+        PARTS=nsplit + 1, PARTS_P2=2 * nsplit, DV=v_dim, num_warps=1,
+    )
+    return o

@@ -1,0 +1,120 @@
+"""repro.kernels.verify_attention under the Triton interpreter (TRITON_INTERPRET=1, in a
+subprocess) against a float64 reference: trees and chains, empty and multi-slice prefixes,
+several query tiles, scrambled pool slots."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from repro.errors import UsageError
+from repro.kernels.verify_attention import ENV, MAX_SPLITS, num_splits, serves, supports
+from verify.attention_cases import make_case, reference
+
+REPO = Path(__file__).resolve().parents[2]
+try:
+    import triton  # noqa: F401
+
+    NO_TRITON = False
+except ImportError:
+    NO_TRITON = True
+
+CASES = {
+    # three requests, one with no prefix, one across several 64-key slices; G 4
+    "tree-bs3": make_case([0, 70, 200], 5, q_heads=8, kv_heads=2, head_dim=16, tree=True, seed=1),
+    # chains (DFLASH's verify): causal among the draft tokens
+    "chain-bs2": make_case([130, 3], 4, q_heads=4, kv_heads=2, head_dim=32, tree=False, seed=2),
+    # 70 draft tokens: three query tiles of 32 tokens x G 2, two key blocks of the tree's own keys
+    "tree-wide": make_case([100], 70, q_heads=2, kv_heads=1, head_dim=16, tree=True, seed=3),
+    # the mask as uint8 bytes, G 1 (multi-head attention)
+    "tree-uint8-mha": make_case([65, 64], 3, q_heads=2, kv_heads=2, head_dim=16, tree=True, seed=4,
+                                mask_dtype=torch.uint8),
+}
+
+
+@pytest.fixture(scope="module")
+def interpreted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, torch.Tensor]:
+    """Every case's output from the Triton interpreter, run once in a subprocess."""
+    if NO_TRITON:
+        pytest.skip("triton is not installed (pip install -e '.[dev]' brings it on Linux)")
+    tmp = tmp_path_factory.mktemp("verify_attention")
+    torch.save(list(CASES.values()), tmp / "in.pt")
+    proc = subprocess.run(
+        [sys.executable, "-m", "verify.attention_cases", str(tmp / "in.pt"), str(tmp / "out.pt")],
+        cwd=REPO, env={**os.environ, "TRITON_INTERPRET": "1"}, capture_output=True, text=True, timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return dict(zip(CASES, torch.load(tmp / "out.pt"), strict=True))
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_matches_the_reference(interpreted, name):
+    """Every draft token's output equals softmax attention over its prefix and visible drafts."""
+    got = interpreted[name].double()
+    assert got.shape == reference(CASES[name]).shape
+    assert torch.allclose(got, reference(CASES[name]), atol=2e-5, rtol=1e-4)
+
+
+def test_the_mask_matters(interpreted):
+    """The same tensors verified as a chain differ: the tree's mask is read, not ignored."""
+    tree = CASES["tree-wide"]
+    chain = reference({**tree, "custom_mask": None, "mask_indptr": None})
+    assert not torch.allclose(interpreted["tree-wide"].double(), chain, atol=1e-3)
+
+
+def test_splits_fill_about_two_waves():
+    """One request's 8 KV heads on 132 SMs take the most slices; a batch that already fills the
+    GPU takes one."""
+    assert num_splits(1, 8, 1, 132) == MAX_SPLITS
+    assert num_splits(1, 8, 4, 132) == 8
+    assert num_splits(16, 8, 2, 132) == 1
+
+
+def test_supports_plain_attention_only():
+    """Soft caps, windows, sinks, scaled (fp8) KV, pages and odd head dims stay with SGLang."""
+    q, pool = torch.empty(1, 32, 128, dtype=torch.bfloat16), torch.empty(9, 8, 128, dtype=torch.bfloat16)
+    shape = {"bs": 1, "max_q_len": 64, "head_dim": 128, "v_head_dim": 128}
+    assert supports(q, pool, **shape)
+    assert not supports(q, pool, **shape, logit_cap=30.0)
+    assert not supports(q, pool, **shape, sliding_window=4096)
+    assert not supports(q, pool, **shape, has_sinks=True)
+    assert not supports(q, pool, **shape, kv_scaled=True)
+    assert not supports(q, pool, **shape, page_size=16)
+    assert not supports(q, pool, **{**shape, "head_dim": 192})
+    assert not supports(q, pool.to(torch.float8_e4m3fn), **shape)
+    assert not supports(q, pool, **shape, temperature_len=8192)
+
+
+@pytest.mark.parametrize(("bs", "q_len", "taken"), [(1, 16, True), (16, 16, True), (16, 17, True), (1, 64, True),
+                                                    (1, 128, True), (4, 64, False), (16, 128, False)])
+def test_wide_trees_at_batch_stay_with_sglang(bs, q_len, taken):
+    """Qwen3-8B's heads (G 4) on 132 SMs: chains and small trees always, wide trees at bs 1, not
+    wide trees at batch (the H200 bench: there SGLang's kernel is faster)."""
+    q, pool = torch.empty(1, 32, 128, dtype=torch.bfloat16), torch.empty(9, 8, 128, dtype=torch.bfloat16)
+    assert supports(q, pool, bs=bs, max_q_len=q_len, head_dim=128, v_head_dim=128) is taken
+
+
+@pytest.mark.parametrize(("mode", "served"), [(None, {"DDTREE"}), ("tree", {"DDTREE"}),
+                                              ("all", {"DDTREE", "DFLASH", "EAGLE"}), (" OFF ", set())])
+def test_which_verifies_are_served(monkeypatch, mode, served):
+    """By default only DDTREE's tree verify; ``all`` adds the chains; ``off`` none; never without
+    a speculative algorithm."""
+    if mode is None:
+        monkeypatch.delenv(ENV, raising=False)
+    else:
+        monkeypatch.setenv(ENV, mode)
+    assert {a for a in ("DDTREE", "DFLASH", "EAGLE") if serves(a)} == served
+    assert not serves(None)
+
+
+def test_a_bad_mode_names_the_choices(monkeypatch):
+    """A typo in the variable is one usage error naming it and the three modes."""
+    monkeypatch.setenv(ENV, "yes")
+    with pytest.raises(UsageError, match=f"^{ENV} must be tree, all or off"):
+        serves("DDTREE")
