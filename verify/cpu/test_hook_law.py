@@ -21,6 +21,7 @@ PERF = Path(__file__).resolve().parents[2] / "docs" / "perf"
 SIDE = PERF / "side_qwen3-8b_h200_2026-12-03.jsonl"  # AR, DFLASH, DDTREE B 63 / 127 on qwen3-8b
 K26 = PERF / "fullsize_k26-tp8_h200_2026-12-03.jsonl"  # DDTREE B 16 / 17 on k26-tp8
 SIDE_B = PERF / "side_qwen3-8b_h200_2026-12-03b.jsonl"  # DFLASH, DDTREE B 16 / 63 / 127 after the top-K scan
+SIDE_ATTN = [PERF / f"side_qwen3-8b_h200_2026-12-04{r}.jsonl" for r in ("", "b", "c")]  # split-KV verify attention
 
 
 def _hook(profile: dict, vocab: int, horizon: int) -> DrafterTestHook:
@@ -87,11 +88,12 @@ def models(tmp_path_factory):
     return root
 
 
-@pytest.mark.parametrize(("raw", "requests"), [(SIDE, 144), (K26, 192), (SIDE_B, 112)])
+@pytest.mark.parametrize(("raw", "requests"), [(SIDE, 144), (K26, 192), (SIDE_B, 112), *zip(SIDE_ATTN, (96, 32, 48))])
 def test_the_committed_served_requests_take_exactly_the_laws_rounds(models, raw, requests, capsys):
     """Every T = 0 DFLASH and DDTREE request the H200 served in these runs (`repro bench`'s
     spec_verify_ct) took the law's rounds: also the served check of the top-K kernel's exactness
-    (SIDE_B ran its chunked slow path on the hook's tied rows, B 63 / 127)."""
+    (SIDE_B ran its chunked slow path on the hook's tied rows, B 63 / 127), and of the split-KV
+    verify attention with the hook's spread decoys (SIDE_ATTN: B 15 / 31 / 63 at c 1, 4, 16)."""
     assert hook_law.main([str(raw), "--models-dir", str(models)]) == 0
     assert f"{requests} of {requests} requests took exactly the law's rounds" in capsys.readouterr().out
 
