@@ -88,7 +88,8 @@ def models(tmp_path_factory):
     return root
 
 
-@pytest.mark.parametrize(("raw", "requests"), [(SIDE, 144), (K26, 192), (SIDE_B, 112), *zip(SIDE_ATTN, (96, 32, 48))])
+@pytest.mark.parametrize(("raw", "requests"), [(SIDE, 144), (K26, 192), (SIDE_B, 112),
+                                               *zip(SIDE_ATTN, (96, 32, 48), strict=True)])
 def test_the_committed_served_requests_take_exactly_the_laws_rounds(models, raw, requests, capsys):
     """Every T = 0 DFLASH and DDTREE request the H200 served in these runs (`repro bench`'s
     spec_verify_ct) took the law's rounds: also the served check of the top-K kernel's exactness
