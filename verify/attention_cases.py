@@ -11,6 +11,7 @@ of a saved list and saves the outputs:
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
 import torch
 
@@ -89,15 +90,33 @@ def reference(case: dict) -> torch.Tensor:
     return out
 
 
-def run(case: dict) -> torch.Tensor:
-    """``verify_attention`` on one case (the output allocated here)."""
+KERNEL_ARGS = ("q", "k_ext", "v_ext", "k_buffer", "v_buffer", "qo_indptr", "kv_indptr", "kv_indices",
+               "custom_mask", "mask_indptr", "max_q_len", "sm_scale")
+"""A case's entries that ``verify_attention`` takes, by name."""
+
+
+def run(case: dict, o: torch.Tensor | None = None) -> torch.Tensor:
+    """``verify_attention`` on one case, into ``o`` (allocated here if None)."""
     from repro.kernels.verify_attention import verify_attention
 
-    o = torch.empty(case["q"].shape[0], case["q"].shape[1], case["v_ext"].shape[2],
-                    dtype=case["q"].dtype, device=case["q"].device)
-    args = {n: case[n] for n in ("q", "k_ext", "v_ext", "k_buffer", "v_buffer", "qo_indptr", "kv_indptr",
-                                 "kv_indices", "custom_mask", "mask_indptr", "max_q_len", "sm_scale")}
-    return verify_attention(o=o, **args)
+    if o is None:
+        o = torch.empty(case["q"].shape[0], case["q"].shape[1], case["v_ext"].shape[2],
+                        dtype=case["q"].dtype, device=case["q"].device)
+    return verify_attention(o=o, **{n: case[n] for n in KERNEL_ARGS})
+
+
+def sglang_extend(case: dict, o: torch.Tensor) -> Callable[[], object] | None:
+    """A call of SGLang's ``extend_attention_fwd`` on the case into ``o`` (causal for a chain), or
+    None where SGLang is not importable."""
+    try:
+        from sglang.kernels.ops.attention.extend_attention import extend_attention_fwd
+    except ImportError:
+        return None
+    tree = case["custom_mask"] is not None
+    return lambda: extend_attention_fwd(
+        case["q"], case["k_ext"], case["v_ext"], o, case["k_buffer"], case["v_buffer"], case["qo_indptr"],
+        case["kv_indptr"], case["kv_indices"], case["custom_mask"], not tree, case["mask_indptr"], case["max_q_len"],
+        1.0, 1.0, case["sm_scale"])
 
 
 def _interpreter_scalar_index() -> None:

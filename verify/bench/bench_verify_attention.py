@@ -17,28 +17,15 @@ import datetime as dt
 import itertools
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
-from verify.attention_cases import make_case, run
+from verify.attention_cases import make_case, run, sglang_extend
 
 QWEN3 = {"q_heads": 32, "kv_heads": 8, "head_dim": 128, "dtype": torch.bfloat16, "device": "cuda"}
 VERIFIES = {"16-chain": (16, False), "16-tree": (16, True), "17-tree": (17, True), "64-tree": (64, True),
             "128-tree": (128, True), "512-tree": (512, True)}
-
-
-def _sglang(case: dict, o: torch.Tensor) -> Callable[[], object] | None:
-    try:
-        from sglang.kernels.ops.attention.extend_attention import extend_attention_fwd
-    except ImportError:
-        return None
-    tree = case["custom_mask"] is not None
-    return lambda: extend_attention_fwd(
-        case["q"], case["k_ext"], case["v_ext"], o, case["k_buffer"], case["v_buffer"], case["qo_indptr"],
-        case["kv_indptr"], case["kv_indices"], case["custom_mask"], not tree, case["mask_indptr"], case["max_q_len"],
-        1.0, 1.0, case["sm_scale"])
 
 
 def measure(bs: int, prefix: int, verify: str) -> dict:
@@ -51,7 +38,7 @@ def measure(bs: int, prefix: int, verify: str) -> dict:
     row = {"bs": bs, "prefix": prefix, "verify": verify, "q_len": q_len, "tree": tree,
            "repro_us": 1e3 * triton.testing.do_bench_cudagraph(lambda: run(case), rep=50), "sglang_us": None}
     theirs = torch.empty_like(ours)
-    call = _sglang(case, theirs)
+    call = sglang_extend(case, theirs)
     if call is not None:
         call()
         row["max_abs_diff"] = (ours.float() - theirs.float()).abs().max().item()
