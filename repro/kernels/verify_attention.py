@@ -29,8 +29,11 @@ import torch
 from repro.errors import UsageError
 
 ENV = "REPRO_VERIFY_ATTENTION"
-"""Which verifies the SGLang glue (patch 0007) sends here: ``tree`` (default, DDTREE's), ``all``
-(every speculative algorithm's, chains too), ``off`` (none)."""
+"""Whose verifies the SGLang glue (patch 0007) sends here: a comma list of ``SERVED`` algorithms
+(default both: the same attention for the tree and the chain it is compared with), or ``off``."""
+SERVED = ("DDTREE", "DFLASH")
+"""The speculative algorithms whose verify layout (SGLang's full-mask tree, DFLASH's causal chain)
+the project tests against this kernel."""
 BLOCK_M = 64
 """Rows of a query tile: 64 // G draft tokens of all G heads that share a KV head."""
 BLOCK_N = 64
@@ -63,13 +66,12 @@ def num_splits(bs: int, kv_heads: int, m_tiles: int, sms: int) -> int:
 
 def serves(algorithm: str | None) -> bool:
     """Whether the server's verifies come here, by ``REPRO_VERIFY_ATTENTION`` (``ENV``)."""
-    mode = os.environ.get(ENV, "tree").strip().lower()
-    if mode not in ("tree", "all", "off"):
-        msg = f"{ENV} must be tree, all or off (got {mode!r})"
+    value = os.environ.get(ENV, ",".join(SERVED)).strip().upper()
+    names = set() if value == "OFF" else {name.strip() for name in value.split(",")}
+    if not names <= set(SERVED) or "" in names:
+        msg = f"{ENV} must be off or a comma list of {', '.join(SERVED)} (got {os.environ[ENV]!r})"
         raise UsageError(msg)
-    if algorithm is None or mode == "off":
-        return False
-    return mode == "all" or str(algorithm).upper() == "DDTREE"
+    return algorithm is not None and str(algorithm).upper() in names
 
 
 def faster(bs: int, max_q_len: int, q_heads: int, kv_heads: int, sms: int = 132) -> bool:

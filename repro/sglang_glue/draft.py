@@ -39,5 +39,11 @@ def head_shard(lm_head: torch.nn.Module) -> HeadShard:
 
 def shard_logits(hidden: torch.Tensor, shard: HeadShard) -> torch.Tensor:
     """[bs, L, num_org] logits of the drafter rows ``hidden`` [bs, L, H], in the weight's dtype
-    (the top-K reads bf16 directly: no float32 copy of the rows)."""
-    return torch.matmul(hidden.to(shard.weight.dtype), shard.weight[: shard.num_org].T)
+    (the top-K reads bf16 directly: no float32 copy of the rows).
+
+    One GEMM of bs * L rows: a strided [bs, L, H] view (the block's rows past the root) given to
+    matmul as is runs as bs batched GEMMs that each read the whole head (4.4 ms a round at bs 16
+    on Qwen3-8B's head against 0.35 ms, H200)."""
+    bs, rows, width = hidden.shape
+    flat = hidden.reshape(bs * rows, width).to(shard.weight.dtype)
+    return torch.matmul(flat, shard.weight[: shard.num_org].T).view(bs, rows, -1)

@@ -100,11 +100,11 @@ def test_wide_trees_at_batch_stay_with_sglang(bs, q_len, taken):
     assert supports(q, pool, bs=bs, max_q_len=q_len, head_dim=128, v_head_dim=128) is taken
 
 
-@pytest.mark.parametrize(("mode", "served"), [(None, {"DDTREE"}), ("tree", {"DDTREE"}),
-                                              ("all", {"DDTREE", "DFLASH", "EAGLE"}), (" OFF ", set())])
+@pytest.mark.parametrize(("mode", "served"), [(None, {"DDTREE", "DFLASH"}), ("ddtree", {"DDTREE"}),
+                                              (" DFLASH , DDTREE ", {"DDTREE", "DFLASH"}), (" OFF ", set())])
 def test_which_verifies_are_served(monkeypatch, mode, served):
-    """By default only DDTREE's tree verify; ``all`` adds the chains; ``off`` none; never without
-    a speculative algorithm."""
+    """By default DDTREE's tree and DFLASH's chain (never another algorithm's layout); a list picks
+    some; ``off`` none; never without a speculative algorithm."""
     if mode is None:
         monkeypatch.delenv(ENV, raising=False)
     else:
@@ -113,8 +113,9 @@ def test_which_verifies_are_served(monkeypatch, mode, served):
     assert not serves(None)
 
 
-def test_a_bad_mode_names_the_choices(monkeypatch):
-    """A typo in the variable is one usage error naming it and the three modes."""
-    monkeypatch.setenv(ENV, "yes")
-    with pytest.raises(UsageError, match=f"^{ENV} must be tree, all or off"):
+@pytest.mark.parametrize("mode", ["yes", "DDTREE,EAGLE", "DDTREE,", ""])
+def test_a_bad_mode_names_the_choices(monkeypatch, mode):
+    """A typo, an untested algorithm or an empty entry is one usage error naming the choices."""
+    monkeypatch.setenv(ENV, mode)
+    with pytest.raises(UsageError, match=f"^{ENV} must be off or a comma list of DDTREE, DFLASH \\(got"):
         serves("DDTREE")
