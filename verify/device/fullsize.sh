@@ -28,7 +28,9 @@
 #                                   # 24576), T 0, c 1/4/16: tune's recommended budgets against the measured
 #                                   # best (~5 min for four qwen3-8b budgets) -> $OUT/confirm-NAME.jsonl
 #   bash verify/device/fullsize.sh side NAME ALGOS BUDGETS # the same for ALGOS (e.g. AR,DFLASH,DDTREE) at
-#                                   # TEMPS (0) -> $OUT/side-NAME.jsonl; rerun to resume past TIME_LIMIT (exit 3)
+#                                   # TEMPS (0) -> $OUT/side-NAME.jsonl; rerun to resume past TIME_LIMIT (exit 3);
+#                                   # one H200 holds four qwen3-8b servers at once (a fifth found no memory
+#                                   # for its KV cache on 12-04)
 #   bash verify/device/fullsize.sh tune NAME              # repro tune --results (no GPU): tau(B) from the
 #                                   # recording, costs from the bench; fits B 16,128,512 (FIT), checks
 #                                   # 32,64,256 (HOLDOUT)
