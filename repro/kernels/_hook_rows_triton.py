@@ -3,7 +3,9 @@
 ``rows_kernel`` (grid rows x vocabulary tiles): each program replays its request's level chain
 and rank draws up to its depth (at most L steps of integer hashing and table compares), reads
 the correct token from ``powers`` (succ^d: one load, not d dependent ones), then writes its tile
-of the row: the level's logit at each ranked token, -30 elsewhere. The tile-0 program of a row
+of the row: -30 everywhere (plain vector stores), then the level's logit at those of the row's R
+ranked tokens that fall in the tile (R lanes of scatter). Nothing is computed per token, so the
+decoy stride can be any number. The tile-0 program of a row
 also writes the row's argmax, the rank-0 token (with ROWS off, only that: one program per row).
 Integers and table lookups only: the values are
 the torch reference's (``repro.sglang_glue.test_hook``) bit for bit, in any row dtype.
@@ -40,7 +42,7 @@ def _uniform(h):
 def rows_kernel(
     roots, roots_stride, prefix, prefix_stride, powers, logits_tab, rank_thr, level_thr,
     out, out_stride_b, out_stride_d, top1, top1_stride_b, top1_stride_d,
-    vocab, vocab_start, width, seed_term, levels, ranks, stride_log2,
+    vocab, vocab_start, width, seed_term, levels, ranks, stride,
     L: tl.constexpr, KP: tl.constexpr, RP: tl.constexpr, BLOCK: tl.constexpr, ROWS: tl.constexpr,
     TOP1: tl.constexpr,
 ):
@@ -66,16 +68,16 @@ def rows_kernel(
     correct = tl.load(powers + (d - 1) * vocab + root)  # int32
 
     if ROWS:
-        v = vocab_start + tile * BLOCK + tl.arange(0, BLOCK)
-        inside = v < vocab_start + width
-        slot = v - correct - 1  # (v - correct - 1) mod V, without a division
-        slot = tl.where(slot < 0, slot + vocab, slot)  # (V - 1 for the correct token)
-        decoy = tl.where((slot & ((1 << stride_log2) - 1)) == 0, slot >> stride_log2, ranks)  # v's decoy rank
-        j = tl.where(v == correct, rank, decoy)  # v's rank in this row; >= ranks: not ranked
-        ranked = (j < ranks) & ((v == correct) | (decoy != rank))
-        val = tl.load(logits_tab + level * ranks + j, mask=inside & ranked, other=_OFF)
-        row_dst = out + b * out_stride_b + (d - 1) * out_stride_d + (v - vocab_start)
-        tl.store(row_dst, val.to(out.dtype.element_ty), mask=inside)
+        lo = vocab_start + tile * BLOCK  # this tile: tokens lo .. hi - 1
+        hi = tl.minimum(lo + BLOCK, vocab_start + width)
+        row_dst = out + b * out_stride_b + (d - 1) * out_stride_d - vocab_start
+        v = lo + tl.arange(0, BLOCK)
+        tl.store(row_dst + v, tl.full([BLOCK], _OFF, tl.float32).to(out.dtype.element_ty), mask=v < hi)
+        tl.debug_barrier()  # the floor first: the ranked tokens below overwrite it (other threads)
+        decoy = (correct.to(tl.int64) + 1 + rr.to(tl.int64) * stride) % vocab
+        tok = tl.where(rr == rank, correct.to(tl.int64), decoy)  # rank j's token; absent: every rank a decoy
+        val = tl.load(logits_tab + level * ranks + rr, mask=rr < ranks, other=_OFF)
+        tl.store(row_dst + tok, val.to(out.dtype.element_ty), mask=(rr < ranks) & (tok >= lo) & (tok < hi))
     if TOP1:  # noqa: SIM102 - a compile-time branch around a runtime one
         if tile == 0:
             top1_dst = top1 + b * top1_stride_b + (d - 1) * top1_stride_d

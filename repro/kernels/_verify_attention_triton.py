@@ -27,6 +27,18 @@ def _attend(q, k, v, ok, m_i, l_i, acc, qk_scale):
 
 
 @triton.jit
+def _pool_slots(at, ok, OFFS32: tl.constexpr):
+    """Pool slots of keys ``at``, as int32 where the pool's element offsets fit (cheaper address
+    arithmetic in the prefix loop: fewer registers and instructions a step), else int64."""
+    slot = tl.load(at, mask=ok, other=0)
+    if OFFS32:
+        slot = slot.to(tl.int32)
+    else:
+        slot = slot.to(tl.int64)
+    return slot
+
+
+@triton.jit
 def _store_partial(o_ptrs, lse_ptrs, acc, m_i, l_i, row_ok):
     """A slice's normalised output and its log2-sum-exp (-inf where a row saw no key)."""
     seen = l_i > 0
@@ -43,7 +55,8 @@ def split_kernel(
     stride_bkt, stride_bkh, stride_bvt, stride_bvh,
     stride_pt, stride_ph, stride_ps, stride_lt, stride_lh,
     G: tl.constexpr, NSPLIT: tl.constexpr, D: tl.constexpr, DV: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_MASK: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, USE_MASK: tl.constexpr,
+    OFFS32: tl.constexpr,
 ):
     b = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -76,7 +89,7 @@ def split_kernel(
         for n in range(lo, hi, BLOCK_N):
             cols = n + offs_n
             col_ok = cols < hi
-            slot = tl.load(kv_indices + kv_start + cols, mask=col_ok, other=0).to(tl.int64)
+            slot = _pool_slots(kv_indices + kv_start + cols, col_ok, OFFS32)
             k = tl.load(K_buf + slot[:, None] * stride_bkt + kvh * stride_bkh + offs_d[None, :],
                         mask=col_ok[:, None], other=0.0)
             v = tl.load(V_buf + slot[:, None] * stride_bvt + kvh * stride_bvh + offs_dv[None, :],
@@ -86,8 +99,9 @@ def split_kernel(
         mask_row = 0
         if USE_MASK:
             mask_row = tl.load(mask_indptr + b) + qi.to(tl.int64) * (prefix + q_len) + prefix
-        for n in range(0, q_len, BLOCK_N):
-            cols = n + offs_n
+        offs_t = tl.arange(0, BLOCK_T)
+        for n in range(0, q_len, BLOCK_T):
+            cols = n + offs_t
             col_ok = cols < q_len
             ok = row_ok[:, None] & col_ok[None, :]
             if USE_MASK:

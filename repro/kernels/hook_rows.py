@@ -46,7 +46,7 @@ def hook_rows(
         roots, roots.stride(0), prefix_lens, prefix_lens.stride(0), hook.powers, tables.logits,
         tables.rank_thresholds, tables.level_thresholds, rows, rows.stride(0), rows.stride(1),
         top1, top1.stride(0), top1.stride(1), hook.vocab_size, vocab_start, width, hook.seed * SEED_MULT,
-        tables.levels, tables.ranks, hook.decoy_stride.bit_length() - 1,
+        tables.levels, tables.ranks, hook.decoy_stride,
         L=horizon, KP=triton.next_power_of_2(max(tables.levels - 1, 1)),
         RP=triton.next_power_of_2(tables.ranks), BLOCK=BLOCK, ROWS=out is not None, TOP1=top1_out is not None,
         num_warps=NUM_WARPS,

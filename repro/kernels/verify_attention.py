@@ -37,7 +37,11 @@ the project tests against this kernel."""
 BLOCK_M = 64
 """Rows of a query tile: 64 // G draft tokens of all G heads that share a KV head."""
 BLOCK_N = 64
-"""Keys a step."""
+"""Prefix keys a step."""
+NUM_WARPS = 4
+"""Warps of a split program."""
+OFFS32_LIMIT = 2**31
+"""Pools of fewer elements than this address their keys and values with int32 offsets."""
 MAX_SPLITS = 16
 """Most prefix slices a request (more only adds partials to merge)."""
 
@@ -119,6 +123,10 @@ def verify_attention(
     o_part = torch.empty(tokens, q_heads, nsplit + 1, v_dim, dtype=torch.float32, device=q.device)
     l_part = torch.empty(tokens, q_heads, nsplit + 1, dtype=torch.float32, device=q.device)
     mask = custom_mask if custom_mask is not None else qo_indptr  # never read without USE_MASK
+    # the draft tokens' own keys a step: no wider than the tree, so its mask tile costs no registers
+    # the prefix loop would need (the kernel's registers are those of its widest branch)
+    block_t = min(BLOCK_N, max(16, 1 << (max(1, max_q_len) - 1).bit_length()))
+    offs32 = max(k_buffer.numel(), v_buffer.numel()) < OFFS32_LIMIT
     split_kernel[(bs, kv_heads, m_tiles * (nsplit + 1))](
         q, k_ext, v_ext, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices, mask,
         mask_indptr if mask_indptr is not None else qo_indptr, o_part, l_part,
@@ -126,8 +134,8 @@ def verify_attention(
         q.stride(0), q.stride(1), k_ext.stride(0), k_ext.stride(1), v_ext.stride(0), v_ext.stride(1),
         k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0), v_buffer.stride(1),
         o_part.stride(0), o_part.stride(1), o_part.stride(2), l_part.stride(0), l_part.stride(1),
-        G=group, NSPLIT=nsplit, D=head_dim, DV=v_dim, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
-        USE_MASK=custom_mask is not None, num_warps=4, num_stages=2,
+        G=group, NSPLIT=nsplit, D=head_dim, DV=v_dim, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_T=block_t,
+        USE_MASK=custom_mask is not None, OFFS32=offs32, num_warps=NUM_WARPS, num_stages=2,
     )
     combine_kernel[(tokens, q_heads)](
         o_part, l_part, o,

@@ -14,10 +14,12 @@ continuation of a root ``r`` is ``succ(r), succ(succ(r)), ...``, so the correct 
 ``j < R`` the logit ``logits[k, j]`` (rank 0 is 0, a unique maximum; the values strictly decrease,
 are exact in float32, bfloat16 and float16, and stop at -30), every other token -30. The correct
 token ``c_d`` sits at rank ``j`` with probability ``law[k, j]`` (absent with the rest); decoys
-``(c_d + 1 + j * S) mod V`` fill the other ranks, ``S`` (``decoy_stride``) the largest power of two
-at most V / R: spread over the vocabulary as a real drafter's candidates are, not packed into one
-group of 32 ids (which sent ``repro.kernels.topk_lse``'s group-key select down its slow path at
-every K > 2: 81 µs a B 16 round on the full-size target where spread rows take 16). A rank's
+``(c_d + 1 + j * S) mod V`` fill the other ranks, ``S`` (``decoy_stride``) the largest odd number
+at most V / R: spread over the vocabulary as a real drafter's candidates are. Packed into one
+group of 32 ids, they sent ``repro.kernels.topk_lse``'s group-key select down its slow path at
+every K > 2 (81 µs a B 16 round on the full-size target where spread rows take 16); at a power-of-two
+stride, every eighth rank fell into one of the select's super-key sets on the GPU, so at most 8
+super keys stood above the floor and K > 8 took the slow path again (133 µs at bs 1, K 15). A rank's
 decoy is the same token for a given correct token at every budget, and trees break ties by rank,
 never by id, so the law of acceptance does not depend on ``S``.
 
@@ -78,8 +80,9 @@ class DrafterTestHook:
 
     @property
     def decoy_stride(self) -> int:
-        """S: ids between consecutive decoys, the largest power of two at most V / R."""
-        return 1 << (max(1, self.vocab_size // self.tables.ranks).bit_length() - 1)
+        """S: ids between consecutive decoys, the largest odd number at most V / R."""
+        most = max(1, self.vocab_size // self.tables.ranks)
+        return most - 1 + most % 2
 
     @property
     def vocab_size(self) -> int:

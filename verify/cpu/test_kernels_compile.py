@@ -51,18 +51,20 @@ def test_tree_inputs_kernel() -> None:
     assert _compile(tree_inputs_kernel, constants, {}, 4, 90, pointers=pointers)
 
 
+@pytest.mark.parametrize("offs32", [1, 0])
 @pytest.mark.parametrize("use_mask", [1, 0])
 @pytest.mark.parametrize(("qo", "kv"), [(I32, I32), (I64, I32), (I32, I64)])
-def test_verify_attention_kernels(use_mask: int, qo: str, kv: str) -> None:
+def test_verify_attention_kernels(offs32: int, use_mask: int, qo: str, kv: str) -> None:
     """Split-KV verify attention, tree (mask) and chain, with SGLang's index pointers of either
-    width (the loops' bounds must be one type), and the merge."""
+    width (the loops' bounds must be one type), pool offsets of either width, and the merge."""
     from repro.kernels._verify_attention_triton import combine_kernel, split_kernel
 
     bf16 = "*bf16"
     pointers = {"Q": bf16, "K_ext": bf16, "V_ext": bf16, "K_buf": bf16, "V_buf": bf16, "qo_indptr": qo,
                 "kv_indptr": kv, "kv_indices": I64, "Mask": "*i1", "mask_indptr": I64, "O_part": F32,
                 "L_part": F32, "qk_scale": "fp32"}
-    constants = {"G": 4, "NSPLIT": 8, "D": 128, "DV": 128, "BLOCK_M": 64, "BLOCK_N": 64, "USE_MASK": use_mask}
+    constants = {"G": 4, "NSPLIT": 8, "D": 128, "DV": 128, "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_T": 16,
+                 "USE_MASK": use_mask, "OFFS32": offs32}
     assert _compile(split_kernel, constants, {}, 4, 90, pointers=pointers)
     merge = {"O_part": F32, "L_part": F32, "Out": bf16}
     assert _compile(combine_kernel, {"PARTS": 9, "PARTS_P2": 16, "DV": 128}, {}, 1, 90, pointers=merge)

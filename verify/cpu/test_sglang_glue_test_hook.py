@@ -87,7 +87,7 @@ class TestDrafterTestHook:
     def test_default_profile_rows_are_unchanged(self, tmp_path):
         """The default hook's ranks on a fixed sample hash as they did before profiles existed
         (sha256 of the outputs of the implementation at 5683caa), its rows as since its decoys
-        were spread over the vocabulary (``decoy_stride``)."""
+        were spread over the vocabulary at an odd stride (``decoy_stride``)."""
         vocab = 4096
         path = tmp_path / "hook.json"
         succ = [(t * 2654435761 + 12345) % vocab for t in range(vocab)]
@@ -95,7 +95,7 @@ class TestDrafterTestHook:
         hook = DrafterTestHook.from_file(path, horizon=15, vocab_size=vocab, device="cpu")
         roots, prefix = (torch.arange(64) * 37) % vocab, torch.arange(64) * 101 + 5
         digest = lambda t: hashlib.sha256(t.numpy().tobytes()).hexdigest()  # noqa: E731
-        assert digest(hook.logits(roots, prefix)) == "171d776721698c63221dd7d991934226e4d54da2cad7007fcd92275473196d80"
+        assert digest(hook.logits(roots, prefix)) == "6b61653466a42737ae36162c8f4e79b6c7b2b54d986ffa4bf6e2f43954c98604"
         assert digest(hook.ranks(roots, prefix)) == "2a60f303a37b524f82bec4d8156fdde5b19e40ef9c9ba34e823dbf1feb46fbd1"
 
     def test_named_default_profile_equals_bare_rank_probs(self, tmp_path):
