@@ -50,12 +50,6 @@ def rows_kernel(
     tile = tl.program_id(1)
     b = row // L
     d = row % L + 1
-    lo = vocab_start + tile * BLOCK  # this tile: tokens lo .. hi - 1
-    hi = tl.minimum(lo + BLOCK, vocab_start + width)
-    row_dst = out + b * out_stride_b + (d - 1) * out_stride_d - vocab_start
-    if ROWS:  # the floor before the draws: its stores drain while the level chain is replayed
-        v = lo + tl.arange(0, BLOCK)
-        tl.store(row_dst + v, tl.full([BLOCK], _OFF, tl.float32).to(out.dtype.element_ty), mask=v < hi)
     root = tl.load(roots + b * roots_stride).to(tl.int64)
     plen = tl.load(prefix + b * prefix_stride).to(tl.int64)
     base = root * _ROOT + plen * _PREFIX + seed_term
@@ -74,6 +68,11 @@ def rows_kernel(
     correct = tl.load(powers + (d - 1) * vocab + root)  # int32
 
     if ROWS:
+        lo = vocab_start + tile * BLOCK  # this tile: tokens lo .. hi - 1
+        hi = tl.minimum(lo + BLOCK, vocab_start + width)
+        row_dst = out + b * out_stride_b + (d - 1) * out_stride_d - vocab_start
+        v = lo + tl.arange(0, BLOCK)
+        tl.store(row_dst + v, tl.full([BLOCK], _OFF, tl.float32).to(out.dtype.element_ty), mask=v < hi)
         tl.debug_barrier()  # the floor first: the ranked tokens below overwrite it (other threads)
         decoy = (correct.to(tl.int64) + 1 + rr.to(tl.int64) * stride) % vocab
         tok = tl.where(rr == rank, correct.to(tl.int64), decoy)  # rank j's token; absent: every rank a decoy
