@@ -81,9 +81,10 @@ def serves(algorithm: str | None) -> bool:
 def faster(bs: int, max_q_len: int, q_heads: int, kv_heads: int, sms: int = 132) -> bool:
     """Whether the split kernel beats SGLang's extend kernel on a verify of ``bs`` requests of
     ``max_q_len`` draft tokens, as measured on the H200 (bench_verify_attention, docs/PERFORMANCE.md):
-    at most two query tiles a KV head (chains, trees of up to 32 tokens at G 4: 1.5-11x), or at
-    least four prefix slices a request (a 128-token tree at bs 1: 1.8-2x). Wide trees at batch
-    (64+ tokens at bs 4 and 16) re-read each KV block once per query tile and lose (0.5-0.95x)."""
+    at most two query tiles a KV head (chains, trees of up to 32 tokens at G 4: 2.3-13x), or at
+    least four prefix slices a request (a 128-token tree at bs 1: 2.0-2.5x). Wide trees at batch
+    re-read each KV block once per query tile: 128 tokens at bs 4 and 16 lose (0.77-0.98x); 64
+    tokens there won 1.01-1.46x on 12-04 but stay with SGLang until a served run confirms it."""
     m_tiles = -(-(max_q_len * (q_heads // kv_heads)) // BLOCK_M)
     return m_tiles <= 2 or num_splits(bs, kv_heads, m_tiles, sms) >= 4
 

@@ -18,8 +18,9 @@ token ``c_d`` sits at rank ``j`` with probability ``law[k, j]`` (absent with the
 at most V / R: spread over the vocabulary as a real drafter's candidates are. Packed into one
 group of 32 ids, they sent ``repro.kernels.topk_lse``'s group-key select down its slow path at
 every K > 2 (81 µs a B 16 round on the full-size target where spread rows take 16); at a power-of-two
-stride, every eighth rank fell into one of the select's super-key sets on the GPU, so at most 8
-super keys stood above the floor and K > 8 took the slow path again (133 µs at bs 1, K 15). A rank's
+stride the ranks aliased with the select's super keys on the GPU (maxima of 8 group keys over a
+partition Triton may reorder), too few stood above the floor and K 15 took the slow path again (133
+µs at bs 1 against 12: ``verify.bench.bench_hook_tail --decoy-stride 2048``). A rank's
 decoy is the same token for a given correct token at every budget, and trees break ties by rank,
 never by id, so the law of acceptance does not depend on ``S``.
 
