@@ -1,7 +1,7 @@
 """Judge benchmark summaries against each profile's threshold set (used by reports and the live tier).
 
 Floors apply at the set's ``at`` conditions (concurrency, temperature); DDTREE is judged at the
-profile's own budget. TP vs TP+EP pairs are two profiles of one machine and model with the same
+set's ``at`` budget, else at the profile's own. TP vs TP+EP pairs are two profiles of one machine and model with the same
 tp, one with ep 1 and one with ep > 1; their ratio is judged with the TP profile's set.
 """
 
@@ -83,14 +83,15 @@ def _floor(check: str, subject: str, value: float | None, floor: float, source: 
 
 def _profile_verdicts(profile: Profile, tset: ThresholdSet,
                       summaries: list[CellSummary]) -> Iterable[Verdict]:
+    budget = tset.at_budget or profile.budget
     at = {s.cell.algorithm: s for s in summaries
           if s.cell.profile == profile.name and s.cell.concurrency == tset.at_concurrency
           and s.cell.temperature == tset.at_temperature
-          and (s.cell.algorithm != "DDTREE" or s.cell.budget == profile.budget)}
+          and (s.cell.algorithm != "DDTREE" or s.cell.budget == budget)}
     where = f"c={tset.at_concurrency} T={tset.at_temperature:g}"
     for algorithm, floor in tset.tau_floor.items():
         s = at.get(algorithm)
-        label = s.cell.label if s else (f"DDTREE B={profile.budget}" if algorithm == "DDTREE"
+        label = s.cell.label if s else (f"DDTREE B={budget}" if algorithm == "DDTREE"
                                         else algorithm)
         yield _floor("tau", f"{profile.name} {label} {where}", s.tau_mean if s else None, floor,
                      tset.tau_source)
@@ -99,7 +100,7 @@ def _profile_verdicts(profile: Profile, tset: ThresholdSet,
             tree, chain = at.get("DDTREE"), at.get("DFLASH")
             value = tree.output_tok_s / chain.output_tok_s if tree and chain and \
                 chain.output_tok_s else None
-            yield _floor("DDTREE/DFLASH", f"{profile.name} B={profile.budget} {where}", value,
+            yield _floor("DDTREE/DFLASH", f"{profile.name} B={budget} {where}", value,
                          floor, tset.speedup_source)
         else:
             s = at.get(name)

@@ -136,6 +136,7 @@ class ThresholdSet:
     name: str
     at_concurrency: int = 1
     at_temperature: float = 0.0
+    at_budget: int | None = None  # DDTREE's judged budget; None: the profile's own
     tau_floor: dict[str, float] = field(default_factory=dict)
     tau_source: str = ""
     speedup_floor: dict[str, float] = field(default_factory=dict)
@@ -373,7 +374,7 @@ def load_thresholds(path: str | Path | None = None) -> dict[str, ThresholdSet]:
         t = _Table(f"{path}: set '{name}'", table, {"at", "tau-floor", "speedup-floor",
                                                       "tp-over-ep"})
         at = _Table(f"{path}: set '{name}'.at", t.get("at", dict, default={}),
-                    {"concurrency", "temperature"})
+                    {"concurrency", "temperature", "budget"})
         tau, tau_source = _floor_table(t, "tau-floor")
         speedup, speedup_source = _floor_table(t, "speedup-floor")
         ratio = t.get("tp-over-ep", dict, default=None)
@@ -385,6 +386,7 @@ def load_thresholds(path: str | Path | None = None) -> dict[str, ThresholdSet]:
         result[name] = ThresholdSet(
             name=name, at_concurrency=at.positive_int("concurrency", default=1),
             at_temperature=float(temperature),
+            at_budget=at.positive_int("budget"),
             tau_floor=tau, tau_source=tau_source, speedup_floor=speedup,
             speedup_source=speedup_source,
             tp_over_ep_min=None if lo is None else float(lo),

@@ -137,6 +137,13 @@ class TestThresholds:
         tset = load_thresholds()["k26-pcie"]
         assert tset.tp_over_ep_max is not None and 26 / 65 < tset.tp_over_ep_max < 1
 
+    def test_at_budget_is_read_and_optional(self, tmp_path: Path) -> None:
+        """`at.budget` names DDTREE's judged budget; without it the set leaves it to the profile."""
+        path = tmp_path / "t.toml"
+        path.write_text("[sets.a]\nat = { budget = 31 }\n[sets.b]\n")
+        sets = load_thresholds(path)
+        assert (sets["a"].at_budget, sets["b"].at_budget) == (31, None)
+
     def test_stats_table_is_left_to_its_owner(self, tmp_path: Path) -> None:
         """A [stats] table next to the sets is accepted and not validated here."""
         path = tmp_path / "t.toml"
@@ -149,6 +156,7 @@ class TestThresholds:
         ('[sets.a.tau-floor]\nEAGLE = 2\nsource = "s"\n', r"key 'EAGLE' is not a known key"),
         ('[sets.a.tp-over-ep]\nmin = "1"\nsource = "s"\n', r"key 'min' must be int or float"),
         ("[sets.a]\nat = { concurrency = 0 }\n", r"key 'concurrency' must be an integer >= 1"),
+        ("[sets.a]\nat = { budget = 0 }\n", r"key 'budget' must be an integer >= 1"),
         ('"\\n" = 1\n', r"key '\\n' is not a known key"),  # a quoted key with a newline: shown escaped
     ])
     def test_bad_threshold_set_is_one_line(self, tmp_path: Path, text: str, message: str) -> None:

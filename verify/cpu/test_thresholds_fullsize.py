@@ -2,7 +2,8 @@
 
 A served tau on a planted target is the simulated tau of its hook profile up to sampling noise and
 the max-new-tokens cut, so each floor is 0.9x the fit file's check tau (DFLASH at the profile's
-block, DDTREE at the serving profile's budget), rounded down to 0.1.
+block, DDTREE at the set's judged budget: its ``at`` budget, else the serving profile's), rounded
+down to 0.1.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ FIT = json.loads(resources.files("repro.data").joinpath("drafter_profiles_fit.js
 def test_tau_floors_are_ninety_percent_of_the_profile_fit(name):
     """thresholds.toml's floors for the serving profile equal floor(0.9 x simulated tau, 0.1)."""
     profile = load_profiles()[f"full-h200-{name}"]
-    floors = load_thresholds()[profile.thresholds].tau_floor
+    tset = load_thresholds()[profile.thresholds]
     simulated = FIT["profiles"][load_model(name).hook_profile]["check"]["tau"]
-    want = {"DFLASH": simulated["dflash"], "DDTREE": simulated[str(profile.budget)]}
-    assert floors == {algo: math.floor(9 * tau) / 10 for algo, tau in want.items()}
+    want = {"DFLASH": simulated["dflash"], "DDTREE": simulated[str(tset.at_budget or profile.budget)]}
+    assert tset.tau_floor == {algo: math.floor(9 * tau) / 10 for algo, tau in want.items()}

@@ -50,6 +50,16 @@ class TestFloors:
         assert verdicts[("tau", "DDTREE")].status == NOT_MEASURED
         assert verdicts[("tau", "DDTREE")].subject.startswith("tp DDTREE B=32")
 
+    def test_the_sets_at_budget_overrides_the_profiles(self) -> None:
+        """A set with `at.budget` judges DDTREE at that budget, not at the profile's."""
+        sets = {"t": dataclasses.replace(SETS["t"], at_budget=64)}
+        verdicts = by_check(judge(summarize(rows(budget=64)), PROFILES, sets))
+        assert verdicts[("tau", "DDTREE")].status == PASS  # 64 / 16 = 4 >= 3
+        assert verdicts[("DDTREE/DFLASH", "B=64")].value == pytest.approx(2.0)
+        missed = by_check(judge(summarize(rows(budget=32)), PROFILES, sets))
+        assert missed[("tau", "DDTREE")].subject.startswith("tp DDTREE B=64")
+        assert missed[("tau", "DDTREE")].status == NOT_MEASURED
+
     def test_other_conditions_are_not_judged(self) -> None:
         """Cells at other concurrencies do not count towards the c=1 floors."""
         data = [request(cell("DFLASH", concurrency=4, profile="tp"), 0, verify=64)]
