@@ -41,7 +41,7 @@ BLOCK_N = 64
 NUM_WARPS = 4
 """Warps of a split program."""
 OFFS32_LIMIT = 2**31
-"""Pools of fewer elements than this address their keys and values with int32 offsets."""
+"""Pools spanning fewer elements than this address their keys and values with int32 offsets."""
 MAX_SPLITS = 16
 """Most prefix slices a request (more only adds partials to merge)."""
 
@@ -60,6 +60,11 @@ def _sm_count(device: torch.device) -> int:
 
 def _pow2_floor(n: int) -> int:
     return 1 << (max(1, n).bit_length() - 1)
+
+
+def _span(t: torch.Tensor) -> int:
+    """Elements from ``t``'s first to its last (a strided view's reach, not its numel)."""
+    return 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride(), strict=True)) if t.numel() else 0
 
 
 def num_splits(bs: int, kv_heads: int, m_tiles: int, sms: int) -> int:
@@ -127,7 +132,7 @@ def verify_attention(
     # the draft tokens' own keys a step: no wider than the tree, so its mask tile costs no registers
     # the prefix loop would need (the kernel's registers are those of its widest branch)
     block_t = min(BLOCK_N, max(16, 1 << (max(1, max_q_len) - 1).bit_length()))
-    offs32 = max(k_buffer.numel(), v_buffer.numel()) < OFFS32_LIMIT
+    offs32 = max(_span(k_buffer), _span(v_buffer)) < OFFS32_LIMIT
     split_kernel[(bs, kv_heads, m_tiles * (nsplit + 1))](
         q, k_ext, v_ext, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices, mask,
         mask_indptr if mask_indptr is not None else qo_indptr, o_part, l_part,

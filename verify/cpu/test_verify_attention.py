@@ -68,6 +68,18 @@ def test_the_mask_matters(interpreted):
     assert not torch.allclose(interpreted["tree-wide"].double(), chain, atol=1e-3)
 
 
+def test_int32_offsets_only_where_the_pool_spans_under_the_limit():
+    """A pool's span (first to last element, what its offsets reach) decides the offset width: a
+    strided view reaches past its numel."""
+    from repro.kernels.verify_attention import _span
+
+    pool = torch.empty(10, 8, 128)
+    assert _span(pool) == pool.numel()
+    every_other = pool[::2]
+    assert every_other.numel() == pool.numel() // 2 and _span(every_other) == 9 * 8 * 128
+    assert _span(torch.empty(0, 8)) == 0
+
+
 def test_splits_fill_about_two_waves():
     """One request's 8 KV heads on 132 SMs take the most slices; a batch that already fills the
     GPU takes one."""
