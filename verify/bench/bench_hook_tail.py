@@ -37,11 +37,9 @@ def graph_time(fn: Callable[[], object], reps: int = 200) -> dict:
     """µs a replay of ``fn`` captured in a CUDA graph, and each kernel's GPU µs a replay."""
     from torch.profiler import ProfilerActivity, profile
 
-    fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
+    from verify.bench.bench_tree import capture
+
+    graph = capture(fn)
     for _ in range(5):
         graph.replay()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

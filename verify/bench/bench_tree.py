@@ -55,14 +55,19 @@ def time_events(fn: Callable[[], object], iters: int, warmup: int = 3) -> float:
     return statistics.median(samples)
 
 
-def time_graph(fn: Callable[[], object], iters: int) -> float:
-    """Median microseconds of one replay of ``fn`` captured in a CUDA graph."""
+def capture(fn: Callable[[], object]) -> torch.cuda.CUDAGraph:
+    """``fn`` run once (compiles, allocator warm-up), then captured in a CUDA graph."""
     fn()
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         fn()
-    return time_events(graph.replay, iters)
+    return graph
+
+
+def time_graph(fn: Callable[[], object], iters: int) -> float:
+    """Median microseconds of one replay of ``fn`` captured in a CUDA graph."""
+    return time_events(capture(fn).replay, iters)
 
 
 def time_host(fn: Callable[[], object], iters: int) -> float:
