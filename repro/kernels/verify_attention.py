@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 from functools import cache
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -40,10 +40,21 @@ BLOCK_N = 64
 """Prefix keys a step."""
 NUM_WARPS = 4
 """Warps of a split program."""
+WIDE_ROWS = 128
+"""Query rows (draft tokens x G) past which a verify takes wide tiles: each K/V block is read by
+half as many tiles, and fewer, longer prefix slices leave fewer partials to write and merge (on
+the H200 a 64-token tree at bs 1 and 4 took 1.5-1.7x less time; chains and trees of up to 32
+tokens at G 4 were as fast or faster in narrow tiles: docs/perf/sweep_verify_tiles_h200_2026-12-04.json)."""
+WIDE_BLOCK_M = 128
+"""Rows of a wide query tile."""
+WIDE_WARPS = 8
+"""Warps of a wide tile's programs."""
 OFFS32_LIMIT = 2**31
 """Pools spanning fewer elements than this address their keys and values with int32 offsets."""
 MAX_SPLITS = 16
 """Most prefix slices a request (more only adds partials to merge)."""
+FASTER_ROWS = 512
+"""Query rows a KV head up to which the split kernel is measured to beat SGLang's (``faster``)."""
 
 
 @cache
@@ -68,9 +79,39 @@ def _span(t: torch.Tensor) -> int:
 
 
 def num_splits(bs: int, kv_heads: int, m_tiles: int, sms: int) -> int:
-    """Prefix slices a request: enough programs for about two waves of ``sms``, a power of two
-    from 1 to MAX_SPLITS."""
+    """Prefix slices a request of narrow tiles: enough programs for about two waves of ``sms``, a
+    power of two from 1 to MAX_SPLITS."""
     return min(MAX_SPLITS, _pow2_floor(2 * sms // max(1, bs * kv_heads * m_tiles)))
+
+
+def wide_splits(bs: int, kv_heads: int, m_tiles: int, sms: int) -> int:
+    """Prefix slices a request of wide tiles (one program an SM at a time): the most, a power of
+    two from 2 to MAX_SPLITS, whose programs (the slices and the tree's, every tile) fit one wave."""
+    tiles = bs * kv_heads * m_tiles
+    n = 2
+    while 2 * n <= MAX_SPLITS and tiles * (2 * n + 1) <= sms:
+        n *= 2
+    return n
+
+
+class Tiling(NamedTuple):
+    """How a verify's query rows are tiled and its prefixes split."""
+
+    block_m: int
+    num_warps: int
+    m_tiles: int
+    nsplit: int
+
+
+def tiling(bs: int, max_q_len: int, group: int, kv_heads: int, sms: int) -> Tiling:
+    """Narrow tiles (BLOCK_M rows, two waves of slices) up to WIDE_ROWS query rows a KV head, wide
+    ones (WIDE_BLOCK_M rows, one wave) past it."""
+    rows = max(1, max_q_len) * group
+    if rows <= WIDE_ROWS:
+        m_tiles = -(-rows // BLOCK_M)
+        return Tiling(BLOCK_M, NUM_WARPS, m_tiles, num_splits(bs, kv_heads, m_tiles, sms))
+    m_tiles = -(-rows // WIDE_BLOCK_M)
+    return Tiling(WIDE_BLOCK_M, WIDE_WARPS, m_tiles, wide_splits(bs, kv_heads, m_tiles, sms))
 
 
 def serves(algorithm: str | None) -> bool:
@@ -83,29 +124,26 @@ def serves(algorithm: str | None) -> bool:
     return algorithm is not None and str(algorithm).upper() in names
 
 
-def faster(bs: int, max_q_len: int, q_heads: int, kv_heads: int, sms: int = 132) -> bool:
-    """Whether the split kernel beats SGLang's extend kernel on a verify of ``bs`` requests of
-    ``max_q_len`` draft tokens, as measured on the H200 (bench_verify_attention, docs/PERFORMANCE.md):
-    at most two query tiles a KV head (chains, trees of up to 32 tokens at G 4: 2.3-13x), or at
-    least four prefix slices a request (a 128-token tree at bs 1: 2.0-2.5x). Wide trees at batch
-    re-read each KV block once per query tile: 128 tokens at bs 4 and 16 lose (0.77-0.98x); 64
-    tokens there won 1.01-1.46x on 12-04 but stay with SGLang until a served run confirms it."""
-    m_tiles = -(-(max_q_len * (q_heads // kv_heads)) // BLOCK_M)
-    return m_tiles <= 2 or num_splits(bs, kv_heads, m_tiles, sms) >= 4
+def faster(max_q_len: int, q_heads: int, kv_heads: int) -> bool:
+    """Whether the split kernel beats SGLang's extend kernel on a verify of ``max_q_len`` draft
+    tokens a request, as measured on the H200 (bench_verify_attention, docs/PERFORMANCE.md):
+    every chain and tree of up to FASTER_ROWS query rows a KV head (128 tokens at G 4) at bs 1, 4
+    and 16, prefixes 300-2,000 (1.02-12.5x). Wider trees are not measured: SGLang's kernel keeps them."""
+    return max_q_len * (q_heads // kv_heads) <= FASTER_ROWS
 
 
-def supports(q: torch.Tensor, k_buffer: torch.Tensor, *, bs: int, max_q_len: int, head_dim: int, v_head_dim: int,
+def supports(q: torch.Tensor, k_buffer: torch.Tensor, *, max_q_len: int, head_dim: int, v_head_dim: int,
              page_size: int = 1, logit_cap: float = 0.0, sliding_window: int = -1, has_sinks: bool = False,
              kv_scaled: bool = False, temperature_len: int = -1) -> bool:
     """Whether ``verify_attention`` takes this layer's verify: plain softmax attention with a
     token-granular (page 1) KV pool of the queries' dtype, power-of-two head dims, on a shape where
-    it is ``faster``; anything else (soft cap, window, sinks, fp8 KV, length-scaled queries, wide
-    trees at batch) stays with SGLang's kernel."""
+    it is ``faster`` (at every batch size measured); anything else (soft cap, window, sinks,
+    fp8 KV, length-scaled queries, trees past FASTER_ROWS) stays with SGLang's kernel."""
     pow2 = all(d >= 16 and d & (d - 1) == 0 for d in (head_dim, v_head_dim))
     plain = logit_cap == 0 and sliding_window < 0 and not has_sinks and not kv_scaled and temperature_len <= 0
     dtype = q.dtype in (torch.bfloat16, torch.float16, torch.float32) and k_buffer.dtype == q.dtype
     return (pow2 and plain and dtype and page_size == 1
-            and faster(bs, max_q_len, q.shape[1], k_buffer.shape[1], _sm_count(q.device)))
+            and faster(max_q_len, q.shape[1], k_buffer.shape[1]))
 
 
 def verify_attention(
@@ -122,10 +160,8 @@ def verify_attention(
     split_kernel, combine_kernel = _kernels()
     tokens, q_heads, head_dim = q.shape
     kv_heads, v_dim = k_buffer.shape[1], v_buffer.shape[2]
-    group = q_heads // kv_heads
     bs = qo_indptr.numel() - 1
-    m_tiles = -(-(max_q_len * group) // BLOCK_M)
-    nsplit = num_splits(bs, kv_heads, m_tiles, _sm_count(q.device))
+    block_m, num_warps, m_tiles, nsplit = tiling(bs, max_q_len, q_heads // kv_heads, kv_heads, _sm_count(q.device))
     o_part = torch.empty(tokens, q_heads, nsplit + 1, v_dim, dtype=torch.float32, device=q.device)
     l_part = torch.empty(tokens, q_heads, nsplit + 1, dtype=torch.float32, device=q.device)
     mask = custom_mask if custom_mask is not None else qo_indptr  # never read without USE_MASK
@@ -140,8 +176,8 @@ def verify_attention(
         q.stride(0), q.stride(1), k_ext.stride(0), k_ext.stride(1), v_ext.stride(0), v_ext.stride(1),
         k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0), v_buffer.stride(1),
         o_part.stride(0), o_part.stride(1), o_part.stride(2), l_part.stride(0), l_part.stride(1),
-        G=group, NSPLIT=nsplit, D=head_dim, DV=v_dim, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_T=block_t,
-        USE_MASK=custom_mask is not None, OFFS32=offs32, num_warps=NUM_WARPS, num_stages=2,
+        G=q_heads // kv_heads, NSPLIT=nsplit, D=head_dim, DV=v_dim, BLOCK_M=block_m, BLOCK_N=BLOCK_N,
+        BLOCK_T=block_t, USE_MASK=custom_mask is not None, OFFS32=offs32, num_warps=num_warps, num_stages=2,
     )
     combine_kernel[(tokens, q_heads)](
         o_part, l_part, o,

@@ -24,18 +24,24 @@ import torch
 from verify.attention_cases import make_case, run, sglang_extend
 
 QWEN3 = {"q_heads": 32, "kv_heads": 8, "head_dim": 128, "dtype": torch.bfloat16, "device": "cuda"}
-VERIFIES = {"16-chain": (16, False), "16-tree": (16, True), "17-tree": (17, True), "64-tree": (64, True),
-            "128-tree": (128, True), "512-tree": (512, True)}
+VERIFIES = {"16-chain": (16, False), "16-tree": (16, True), "17-tree": (17, True), "32-tree": (32, True),
+            "64-tree": (64, True), "128-tree": (128, True), "256-tree": (256, True), "512-tree": (512, True)}
 
 
 def measure(bs: int, prefix: int, verify: str) -> dict:
     """Both kernels' µs a call on one shape (SGLang's None where it is not importable)."""
     import triton.testing
 
+    from repro.kernels.verify_attention import faster, tiling
+
     q_len, tree = VERIFIES[verify]
     case = make_case([prefix] * bs, q_len, tree=tree, seed=bs + prefix + q_len, **QWEN3)
     ours = run(case)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    heads = {"q_heads": QWEN3["q_heads"], "kv_heads": QWEN3["kv_heads"]}
     row = {"bs": bs, "prefix": prefix, "verify": verify, "q_len": q_len, "tree": tree,
+           "tiling": tiling(bs, q_len, heads["q_heads"] // heads["kv_heads"], heads["kv_heads"], sms)._asdict(),
+           "served": faster(q_len, **heads),
            "repro_us": 1e3 * triton.testing.do_bench_cudagraph(lambda: run(case), rep=50), "sglang_us": None}
     theirs = torch.empty_like(ours)
     call = sglang_extend(case, theirs)

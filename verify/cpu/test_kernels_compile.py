@@ -68,3 +68,19 @@ def test_verify_attention_kernels(offs32: int, use_mask: int, qo: str, kv: str) 
     assert _compile(split_kernel, constants, {}, 4, 90, pointers=pointers)
     merge = {"O_part": F32, "L_part": F32, "Out": bf16}
     assert _compile(combine_kernel, {"PARTS": 9, "PARTS_P2": 16, "DV": 128}, {}, 1, 90, pointers=merge)
+
+
+@pytest.mark.parametrize("use_mask", [1, 0])
+def test_verify_attention_wide_tiles(use_mask: int) -> None:
+    """The wide tiling (128 query rows, 8 warps, 64-key blocks of the tree's own keys) fits sm_90's
+    registers and shared memory, tree and chain."""
+    from repro.kernels._verify_attention_triton import split_kernel
+    from repro.kernels.verify_attention import WIDE_BLOCK_M, WIDE_WARPS
+
+    bf16 = "*bf16"
+    pointers = {"Q": bf16, "K_ext": bf16, "V_ext": bf16, "K_buf": bf16, "V_buf": bf16, "qo_indptr": I32,
+                "kv_indptr": I32, "kv_indices": I64, "Mask": "*i1", "mask_indptr": I64, "O_part": F32,
+                "L_part": F32, "qk_scale": "fp32"}
+    constants = {"G": 4, "NSPLIT": 2, "D": 128, "DV": 128, "BLOCK_M": WIDE_BLOCK_M, "BLOCK_N": 64, "BLOCK_T": 64,
+                 "USE_MASK": use_mask, "OFFS32": 1}
+    assert _compile(split_kernel, constants, {}, WIDE_WARPS, 90, pointers=pointers)

@@ -13,7 +13,19 @@ import pytest
 import torch
 
 from repro.errors import UsageError
-from repro.kernels.verify_attention import ENV, MAX_SPLITS, num_splits, serves, supports
+from repro.kernels.verify_attention import (
+    BLOCK_M,
+    ENV,
+    MAX_SPLITS,
+    NUM_WARPS,
+    WIDE_BLOCK_M,
+    WIDE_WARPS,
+    Tiling,
+    num_splits,
+    serves,
+    supports,
+    tiling,
+)
 from verify.attention_cases import make_case, reference
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,8 +41,10 @@ CASES = {
     "tree-bs3": make_case([0, 70, 200], 5, q_heads=8, kv_heads=2, head_dim=16, tree=True, seed=1),
     # chains (DFLASH's verify): causal among the draft tokens
     "chain-bs2": make_case([130, 3], 4, q_heads=4, kv_heads=2, head_dim=32, tree=False, seed=2),
-    # 70 draft tokens: three query tiles of 32 tokens x G 2, two key blocks of the tree's own keys
+    # 70 draft tokens x G 2: two wide query tiles, two key blocks of the tree's own keys
     "tree-wide": make_case([100], 70, q_heads=2, kv_heads=1, head_dim=16, tree=True, seed=3),
+    # 30 draft tokens x G 4: two narrow query tiles
+    "tree-two-tiles": make_case([90], 30, q_heads=8, kv_heads=2, head_dim=16, tree=True, seed=5),
     # the mask as uint8 bytes, G 1 (multi-head attention)
     "tree-uint8-mha": make_case([65, 64], 3, q_heads=2, kv_heads=2, head_dim=16, tree=True, seed=4,
                                 mask_dtype=torch.uint8),
@@ -88,10 +102,21 @@ def test_splits_fill_about_two_waves():
     assert num_splits(16, 8, 2, 132) == 1
 
 
+@pytest.mark.parametrize(("bs", "q_len", "want"), [
+    (1, 16, Tiling(BLOCK_M, NUM_WARPS, 1, MAX_SPLITS)), (1, 32, Tiling(BLOCK_M, NUM_WARPS, 2, MAX_SPLITS)),
+    (1, 33, Tiling(WIDE_BLOCK_M, WIDE_WARPS, 2, 4)), (1, 64, Tiling(WIDE_BLOCK_M, WIDE_WARPS, 2, 4)),
+    (4, 64, Tiling(WIDE_BLOCK_M, WIDE_WARPS, 2, 2)), (1, 128, Tiling(WIDE_BLOCK_M, WIDE_WARPS, 4, 2)),
+    (16, 512, Tiling(WIDE_BLOCK_M, WIDE_WARPS, 16, 2))])
+def test_wide_trees_take_wide_tiles_and_one_wave(bs, q_len, want):
+    """Qwen3-8B's heads (G 4, 8 KV heads) on 132 SMs: up to 128 query rows a KV head in 64-row
+    tiles over two waves; past it 128-row tiles whose programs fit one wave (at least 2 slices)."""
+    assert tiling(bs, q_len, 4, 8, 132) == want
+
+
 def test_supports_plain_attention_only():
     """Soft caps, windows, sinks, scaled (fp8) KV, pages and odd head dims stay with SGLang."""
     q, pool = torch.empty(1, 32, 128, dtype=torch.bfloat16), torch.empty(9, 8, 128, dtype=torch.bfloat16)
-    shape = {"bs": 1, "max_q_len": 64, "head_dim": 128, "v_head_dim": 128}
+    shape = {"max_q_len": 64, "head_dim": 128, "v_head_dim": 128}
     assert supports(q, pool, **shape)
     assert not supports(q, pool, **shape, logit_cap=30.0)
     assert not supports(q, pool, **shape, sliding_window=4096)
@@ -103,13 +128,13 @@ def test_supports_plain_attention_only():
     assert not supports(q, pool, **shape, temperature_len=8192)
 
 
-@pytest.mark.parametrize(("bs", "q_len", "taken"), [(1, 16, True), (16, 16, True), (16, 17, True), (1, 64, True),
-                                                    (1, 128, True), (4, 64, False), (16, 128, False)])
-def test_wide_trees_at_batch_stay_with_sglang(bs, q_len, taken):
-    """Qwen3-8B's heads (G 4) on 132 SMs: chains and small trees always, wide trees at bs 1, not
-    wide trees at batch (the H200 bench: there SGLang's kernel is faster)."""
+@pytest.mark.parametrize(("q_len", "taken"), [(16, True), (17, True), (64, True), (128, True), (129, False),
+                                             (512, False)])
+def test_trees_past_128_tokens_stay_with_sglang(q_len, taken):
+    """Qwen3-8B's heads (G 4): chains and trees of up to 128 tokens (the H200 bench at bs 1, 4 and
+    16: 1.02-12.5x), not the wider trees the bench has not measured."""
     q, pool = torch.empty(1, 32, 128, dtype=torch.bfloat16), torch.empty(9, 8, 128, dtype=torch.bfloat16)
-    assert supports(q, pool, bs=bs, max_q_len=q_len, head_dim=128, v_head_dim=128) is taken
+    assert supports(q, pool, max_q_len=q_len, head_dim=128, v_head_dim=128) is taken
 
 
 @pytest.mark.parametrize(("mode", "served"), [(None, {"DDTREE", "DFLASH"}), ("ddtree", {"DDTREE"}),
