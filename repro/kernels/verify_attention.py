@@ -53,8 +53,9 @@ OFFS32_LIMIT = 2**31
 """Pools spanning fewer elements than this address their keys and values with int32 offsets."""
 MAX_SPLITS = 16
 """Most prefix slices a request (more only adds partials to merge)."""
-FASTER_ROWS = 512
-"""Query rows a KV head up to which the split kernel is measured to beat SGLang's (``faster``)."""
+FASTER_ROWS = 2048
+"""Query rows a KV head up to which the split kernel is measured to beat SGLang's (``faster``):
+512 draft tokens at G 4, the largest budget the benches serve."""
 
 
 @cache
@@ -127,7 +128,7 @@ def serves(algorithm: str | None) -> bool:
 def faster(max_q_len: int, q_heads: int, kv_heads: int) -> bool:
     """Whether the split kernel beats SGLang's extend kernel on a verify of ``max_q_len`` draft
     tokens a request, as measured on the H200 (bench_verify_attention, docs/PERFORMANCE.md):
-    every chain and tree of up to FASTER_ROWS query rows a KV head (128 tokens at G 4) at bs 1, 4
+    every chain and tree of up to FASTER_ROWS query rows a KV head (512 tokens at G 4) at bs 1, 4
     and 16, prefixes 300-2,000 (1.02-12.5x). Wider trees are not measured: SGLang's kernel keeps them."""
     return max_q_len * (q_heads // kv_heads) <= FASTER_ROWS
 
