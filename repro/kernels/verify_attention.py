@@ -40,6 +40,9 @@ BLOCK_N = 64
 """Prefix keys a step."""
 NUM_WARPS = 4
 """Warps of a split program."""
+NUM_STAGES = 2
+"""Software-pipeline stages of the key loops (Triton buffers that many key blocks on sm_90 and
+sm_100, one elsewhere)."""
 WIDE_ROWS = 128
 """Query rows (draft tokens x G) past which a verify takes wide tiles: each K/V block is read by
 half as many tiles, and fewer, longer prefix slices leave fewer partials to write and merge (on
@@ -53,6 +56,8 @@ OFFS32_LIMIT = 2**31
 """Pools spanning fewer elements than this address their keys and values with int32 offsets."""
 MAX_SPLITS = 16
 """Most prefix slices a request (more only adds partials to merge)."""
+SMEM_SLACK = 1024
+"""Shared-memory bytes the compiler adds past the tiles (barriers: up to 544 measured on sm_100)."""
 FASTER_ROWS = 2048
 """Query rows a KV head up to which the split kernel is measured to beat SGLang's (``faster``):
 512 draft tokens at G 4, the largest budget the benches serve."""
@@ -68,6 +73,31 @@ def _kernels() -> tuple[Any, Any]:
 @cache
 def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
+
+
+@cache
+def _shared_memory(device: torch.device) -> tuple[int, int]:
+    """(bytes of shared memory a program may opt into, buffers of each key block): Hopper and
+    datacenter Blackwell (sm_90, sm_100) pipeline two, the others Triton compiles for (sm_80,
+    sm_120) one. Unbounded off CUDA (the interpreter)."""
+    if device.type != "cuda":
+        return 1 << 40, NUM_STAGES
+    props = torch.cuda.get_device_properties(device)
+    return props.shared_memory_per_block_optin, NUM_STAGES if props.major in (9, 10) else 1
+
+
+def block_t(max_q_len: int) -> int:
+    """The draft tokens' own keys a step: no wider than the tree, so its mask tile costs no
+    registers the prefix loop would need (the kernel's registers are those of its widest branch)."""
+    return min(BLOCK_N, max(16, 1 << (max(1, max_q_len) - 1).bit_length()))
+
+
+def shared_bytes(block_m: int, max_q_len: int, head_dim: int, v_dim: int, elem: int, stages: int) -> int:
+    """An upper bound of the split kernel's shared memory: the query tile, and ``stages`` buffers
+    of a prefix key block and of a block of the tree's own keys, keys and values (Triton 3.6's
+    figures for sm_80 to sm_120 stay under it: verify/cpu/test_kernels_compile.py)."""
+    keys = BLOCK_N + block_t(max_q_len)
+    return elem * (block_m * head_dim + stages * keys * (head_dim + v_dim)) + SMEM_SLACK
 
 
 def _pow2_floor(n: int) -> int:
@@ -138,13 +168,17 @@ def supports(q: torch.Tensor, k_buffer: torch.Tensor, *, max_q_len: int, head_di
              kv_scaled: bool = False, temperature_len: int = -1) -> bool:
     """Whether ``verify_attention`` takes this layer's verify: plain softmax attention with a
     token-granular (page 1) KV pool of the queries' dtype, power-of-two head dims, on a shape where
-    it is ``faster`` (at every batch size measured); anything else (soft cap, window, sinks,
-    fp8 KV, length-scaled queries, trees past FASTER_ROWS) stays with SGLang's kernel."""
+    it is ``faster`` (at every batch size measured) and its tiles fit the GPU's shared memory;
+    anything else (soft cap, window, sinks, fp8 KV, length-scaled queries, trees past FASTER_ROWS,
+    head dim 256 trees on sm_90, any head dim 256 verify on sm_120) stays with SGLang's kernel."""
     pow2 = all(d >= 16 and d & (d - 1) == 0 for d in (head_dim, v_head_dim))
     plain = logit_cap == 0 and sliding_window < 0 and not has_sinks and not kv_scaled and temperature_len <= 0
     dtype = q.dtype in (torch.bfloat16, torch.float16, torch.float32) and k_buffer.dtype == q.dtype
-    return (pow2 and plain and dtype and page_size == 1
-            and faster(max_q_len, q.shape[1], k_buffer.shape[1]))
+    if not (pow2 and plain and dtype and page_size == 1 and faster(max_q_len, q.shape[1], k_buffer.shape[1])):
+        return False
+    limit, stages = _shared_memory(q.device)
+    block_m = tiling(1, max_q_len, q.shape[1] // k_buffer.shape[1], k_buffer.shape[1], 1).block_m
+    return shared_bytes(block_m, max_q_len, head_dim, v_head_dim, q.element_size(), stages) <= limit
 
 
 def verify_attention(
@@ -166,9 +200,6 @@ def verify_attention(
     o_part = torch.empty(tokens, q_heads, nsplit + 1, v_dim, dtype=torch.float32, device=q.device)
     l_part = torch.empty(tokens, q_heads, nsplit + 1, dtype=torch.float32, device=q.device)
     mask = custom_mask if custom_mask is not None else qo_indptr  # never read without USE_MASK
-    # the draft tokens' own keys a step: no wider than the tree, so its mask tile costs no registers
-    # the prefix loop would need (the kernel's registers are those of its widest branch)
-    block_t = min(BLOCK_N, max(16, 1 << (max(1, max_q_len) - 1).bit_length()))
     offs32 = max(_span(k_buffer), _span(v_buffer)) < OFFS32_LIMIT
     split_kernel[(bs, kv_heads, m_tiles * (nsplit + 1))](
         q, k_ext, v_ext, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices, mask,
@@ -178,7 +209,7 @@ def verify_attention(
         k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0), v_buffer.stride(1),
         o_part.stride(0), o_part.stride(1), o_part.stride(2), l_part.stride(0), l_part.stride(1),
         G=q_heads // kv_heads, NSPLIT=nsplit, D=head_dim, DV=v_dim, BLOCK_M=block_m, BLOCK_N=BLOCK_N,
-        BLOCK_T=block_t, USE_MASK=custom_mask is not None, OFFS32=offs32, num_warps=num_warps, num_stages=2,
+        BLOCK_T=block_t(max_q_len), USE_MASK=custom_mask is not None, OFFS32=offs32, num_warps=num_warps, num_stages=NUM_STAGES,
     )
     combine_kernel[(tokens, q_heads)](
         o_part, l_part, o,

@@ -49,10 +49,17 @@ POINTER_TYPES = {
 
 def _compile(fn, constants: dict[str, int], values: dict[str, int], num_warps: int, arch: int, maxnreg: int = 0,
              pointers: dict[str, str] | None = None) -> bytes:
-    """The cubin of triton function ``fn`` for sm_``arch``, specialised as the JIT would be at run
+    """The cubin of ``_compiled``'s kernel."""
+    return _compiled(fn, constants, values, num_warps, arch, maxnreg, pointers).asm["cubin"]
+
+
+def _compiled(fn, constants: dict[str, int], values: dict[str, int], num_warps: int, arch: int, maxnreg: int = 0,
+              pointers: dict[str, str] | None = None, num_stages: int | None = None, *, align_pointers: bool = False):
+    """Triton function ``fn`` compiled for sm_``arch``, specialised as the JIT would be at run
     time: ``constants`` as constexprs, pointers 16-byte aligned (typed as ``POINTER_TYPES``, then
-    ``pointers``), and each int of ``values`` that is a multiple of 16 marked so (unless the kernel
-    opts out with ``do_not_specialize``); ``maxnreg`` caps registers per thread (0: no cap)."""
+    ``pointers``; those of ``pointers`` aligned too with ``align_pointers``), and each int of
+    ``values`` that is a multiple of 16 marked so (unless the kernel opts out with
+    ``do_not_specialize``); ``maxnreg`` caps registers per thread (0: no cap)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -61,13 +68,15 @@ def _compile(fn, constants: dict[str, int], values: dict[str, int], num_warps: i
     types = {**POINTER_TYPES, **(pointers or {})}
     signature = {n: "constexpr" if n in constants else types.get(n, "i64" if n == "id_offset" else "i32")
                  for n in names}
-    aligned = [n for n in names if n in POINTER_TYPES or (
+    extra = {n for n, t in (pointers or {}).items() if t.startswith("*")} if align_pointers else set()
+    aligned = [n for n in names if n in POINTER_TYPES or n in extra or (
         n in values and values[n] % 16 == 0 and not fn.params[names.index(n)].do_not_specialize)]
     source = ASTSource(fn=fn, signature=signature,
                        constexprs={(names.index(n),): v for n, v in constants.items()},
                        attrs={(names.index(n),): [["tt.divisibility", 16]] for n in aligned})
-    options = {"num_warps": num_warps, **({"maxnreg": maxnreg} if maxnreg else {})}
-    return triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options).asm["cubin"]
+    options = {"num_warps": num_warps, **({"maxnreg": maxnreg} if maxnreg else {}),
+               **({"num_stages": num_stages} if num_stages else {})}
+    return triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options)
 
 
 def _cuobjdump() -> Path:

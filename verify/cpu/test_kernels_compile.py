@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("triton")
 
-from verify.bench.kernel_size import _compile
+from verify.bench.kernel_size import _compile, _compiled
 
 I64, I32, F32 = "*i64", "*i32", "*fp32"
 
@@ -84,3 +84,29 @@ def test_verify_attention_wide_tiles(use_mask: int) -> None:
     constants = {"G": 4, "NSPLIT": 2, "D": 128, "DV": 128, "BLOCK_M": WIDE_BLOCK_M, "BLOCK_N": 64, "BLOCK_T": 64,
                  "USE_MASK": use_mask, "OFFS32": 1}
     assert _compile(split_kernel, constants, {}, WIDE_WARPS, 90, pointers=pointers)
+
+
+@pytest.mark.parametrize(("arch", "head_dim", "q_len", "dtype"), [
+    (90, 128, 16, "bf16"), (90, 128, 32, "bf16"), (90, 128, 64, "bf16"), (90, 256, 64, "bf16"), (90, 64, 64, "fp32"),
+    (100, 128, 64, "bf16"), (120, 128, 64, "bf16"), (120, 256, 16, "bf16"), (80, 128, 64, "bf16")])
+def test_verify_attention_shared_bytes_bound_the_compiled_kernel(arch: int, head_dim: int, q_len: int, dtype: str):
+    """``shared_bytes`` (what ``supports`` checks against the GPU's limit) is at least what Triton
+    allocates for the tiling of a q_len-token tree, specialised as served (aligned pointers, strides
+    of 16), with the stages the architecture pipelines."""
+    from repro.kernels._verify_attention_triton import split_kernel
+    from repro.kernels.verify_attention import BLOCK_N, NUM_STAGES, block_t, shared_bytes, tiling
+
+    elem = {"bf16": 2, "fp32": 4}[dtype]
+    tile = tiling(1, q_len, 4, 8, 132)
+    data = f"*{dtype}"
+    pointers = {"Q": data, "K_ext": data, "V_ext": data, "K_buf": data, "V_buf": data, "qo_indptr": I32,
+                "kv_indptr": I32, "kv_indices": I64, "Mask": "*i1", "mask_indptr": I64, "O_part": F32,
+                "L_part": F32, "qk_scale": "fp32"}
+    strides = dict.fromkeys(("stride_qt", "stride_kt", "stride_vt", "stride_bkt", "stride_bvt", "stride_pt"), 16 * head_dim)
+    strides |= dict.fromkeys(("stride_qh", "stride_kh", "stride_vh", "stride_bkh", "stride_bvh", "stride_ps"), head_dim)
+    constants = {"G": 4, "NSPLIT": tile.nsplit, "D": head_dim, "DV": head_dim, "BLOCK_M": tile.block_m,
+                 "BLOCK_N": BLOCK_N, "BLOCK_T": block_t(q_len), "USE_MASK": 1, "OFFS32": 1}
+    kernel = _compiled(split_kernel, constants, strides, tile.num_warps, arch, pointers=pointers,
+                       num_stages=NUM_STAGES, align_pointers=True)
+    stages = NUM_STAGES if arch in (90, 100) else 1
+    assert kernel.metadata.shared <= shared_bytes(tile.block_m, q_len, head_dim, head_dim, elem, stages)

@@ -137,6 +137,21 @@ def test_trees_past_512_tokens_stay_with_sglang(q_len, taken):
     assert supports(q, pool, max_q_len=q_len, head_dim=128, v_head_dim=128) is taken
 
 
+@pytest.mark.parametrize(("gpu", "head_dim", "q_len", "taken"), [
+    ("sm90", 128, 64, True), ("sm90", 256, 16, True), ("sm90", 256, 32, True), ("sm90", 256, 64, False),
+    ("sm120", 128, 64, True), ("sm120", 128, 512, True), ("sm120", 256, 16, False)])
+def test_tiles_past_the_gpus_shared_memory_stay_with_sglang(monkeypatch, gpu, head_dim, q_len, taken):
+    """On an H200 (227 KiB a program, two buffers a key block) head dim 256 fits chains and small
+    trees but not a 64-token tree's tiles; on an RTX PRO 6000 (99 KiB, one buffer) head dim 128
+    fits every tree and 256 nothing: those verifies take SGLang's kernel rather than fail to launch."""
+    import repro.kernels.verify_attention as va
+
+    monkeypatch.setattr(va, "_shared_memory", lambda device: {"sm90": (232448, 2), "sm120": (101376, 1)}[gpu])
+    q = torch.empty(1, 32, head_dim, dtype=torch.bfloat16)
+    pool = torch.empty(9, 8, head_dim, dtype=torch.bfloat16)
+    assert supports(q, pool, max_q_len=q_len, head_dim=head_dim, v_head_dim=head_dim) is taken
+
+
 @pytest.mark.parametrize(("mode", "served"), [(None, {"DDTREE", "DFLASH"}), ("ddtree", {"DDTREE"}),
                                               (" DFLASH , DDTREE ", {"DDTREE", "DFLASH"}), (" OFF ", set())])
 def test_which_verifies_are_served(monkeypatch, mode, served):
