@@ -134,15 +134,18 @@ class Tiling(NamedTuple):
     nsplit: int
 
 
+def tile_shape(max_q_len: int, group: int) -> tuple[int, int]:
+    """(rows, warps) of a query tile: narrow (BLOCK_M, NUM_WARPS) up to WIDE_ROWS query rows a KV
+    head, wide (WIDE_BLOCK_M, WIDE_WARPS) past it."""
+    return (BLOCK_M, NUM_WARPS) if max(1, max_q_len) * group <= WIDE_ROWS else (WIDE_BLOCK_M, WIDE_WARPS)
+
+
 def tiling(bs: int, max_q_len: int, group: int, kv_heads: int, sms: int) -> Tiling:
-    """Narrow tiles (BLOCK_M rows, two waves of slices) up to WIDE_ROWS query rows a KV head, wide
-    ones (WIDE_BLOCK_M rows, one wave) past it."""
-    rows = max(1, max_q_len) * group
-    if rows <= WIDE_ROWS:
-        m_tiles = -(-rows // BLOCK_M)
-        return Tiling(BLOCK_M, NUM_WARPS, m_tiles, num_splits(bs, kv_heads, m_tiles, sms))
-    m_tiles = -(-rows // WIDE_BLOCK_M)
-    return Tiling(WIDE_BLOCK_M, WIDE_WARPS, m_tiles, wide_splits(bs, kv_heads, m_tiles, sms))
+    """``tile_shape``'s tiles, and the prefix split over two waves of programs (narrow) or one (wide)."""
+    block_m, num_warps = tile_shape(max_q_len, group)
+    m_tiles = -(-(max(1, max_q_len) * group) // block_m)
+    split = num_splits if block_m == BLOCK_M else wide_splits
+    return Tiling(block_m, num_warps, m_tiles, split(bs, kv_heads, m_tiles, sms))
 
 
 def serves(algorithm: str | None) -> bool:
@@ -177,7 +180,7 @@ def supports(q: torch.Tensor, k_buffer: torch.Tensor, *, max_q_len: int, head_di
     if not (pow2 and plain and dtype and page_size == 1 and faster(max_q_len, q.shape[1], k_buffer.shape[1])):
         return False
     limit, stages = _shared_memory(q.device)
-    block_m = tiling(1, max_q_len, q.shape[1] // k_buffer.shape[1], k_buffer.shape[1], 1).block_m
+    block_m, _ = tile_shape(max_q_len, q.shape[1] // k_buffer.shape[1])
     return shared_bytes(block_m, max_q_len, head_dim, v_head_dim, q.element_size(), stages) <= limit
 
 
