@@ -3,10 +3,11 @@
     python -m verify.bench.bench_verify_attention --out results/bench_verify_attention.json
 
 One layer of Qwen3-8B's attention (32 query / 8 KV heads, head dim 128, bf16) per row: ``--bs``
-requests of ``--prefix`` cached tokens each verify ``q`` draft tokens, as a tree (a random tree
-mask in SGLang's full-mask layout) or a causal chain (DFLASH's verify: ``--q`` 16 chain). Both
-kernels are timed as CUDA-graph replays (``triton.testing.do_bench_cudagraph``, the served round
-replays graphs), on the same inputs, after a check that they agree (bf16). A table prints as
+requests of ``--prefix`` cached tokens each verify the draft tokens of a ``--verify`` shape, as a
+tree (a random tree mask in SGLang's full-mask layout) or a causal chain (DFLASH's verify:
+``16-chain``). Both kernels are timed as CUDA-graph replays (``triton.testing.do_bench_cudagraph``,
+the served round replays graphs), on the same inputs, after a check that they agree (bf16); each
+row records the tiling repro chose and whether ``faster`` routes it here. A table prints as
 well; SGLang's kernel is skipped with a note where SGLang is not importable.
 """
 
