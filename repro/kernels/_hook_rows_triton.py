@@ -3,9 +3,9 @@
 ``rows_kernel`` (grid rows x vocabulary tiles): each program replays its request's level chain
 and rank draws up to its depth (at most L steps of integer hashing and table compares), reads
 the correct token from ``powers`` (succ^d: one load, not d dependent ones), then writes its tile
-of the row: -30 everywhere (plain vector stores), then the level's logit at those of the row's R
-ranked tokens that fall in the tile (R lanes of scatter). Nothing is computed per token, so the
-decoy stride can be any number. The tile-0 program of a row
+of the row: each token's floor (a multiply, a shift and a select per token, the reference's
+``floor_logits``), then the level's logit at those of the row's R ranked tokens that fall in the
+tile (R lanes of scatter); the decoy stride can be any number. The tile-0 program of a row
 also writes the row's argmax, the rank-0 token (with ROWS off, only that: one program per row).
 Integers and table lookups only: the values are
 the torch reference's (``repro.sglang_glue.test_hook``) bit for bit, in any row dtype.
@@ -28,6 +28,9 @@ _SALT = tl.constexpr(spec.LEVEL_SALT)
 _MASK = tl.constexpr((1 << spec.U_BITS) - 1)
 _NEVER = tl.constexpr(1 << 30)  # a threshold no 24-bit uniform reaches (padding lanes)
 _OFF = tl.constexpr(spec.OFF_LOGIT)
+_FLOOR_HASH = tl.constexpr(spec.FLOOR_HASH)
+_FLOOR_SHIFT = tl.constexpr(spec.FLOOR_SHIFT)
+_FLOOR_TOP = tl.constexpr(spec.FLOOR_LEVELS - 1)
 
 
 @triton.jit
@@ -36,6 +39,14 @@ def _uniform(h):
     h = (h ^ (h >> 16)) * _MIX0
     h = (h ^ (h >> 16)) * _MIX1
     return (h >> 20) & _MASK
+
+
+@triton.jit
+def _floor(v):
+    """float32 floor logits of token ids ``v`` (``test_hook.floor_logits``, bit for bit)."""
+    u = ((v.to(tl.int64) * _FLOOR_HASH) & 0xFFFFFFFF) >> _FLOOR_SHIFT
+    level = tl.minimum(u, _FLOOR_TOP).to(tl.float32)
+    return tl.where(level < 16, _OFF - 0.125 * level, -32.0 - 0.25 * (level - 16))
 
 
 @triton.jit
@@ -72,7 +83,7 @@ def rows_kernel(
         hi = tl.minimum(lo + BLOCK, vocab_start + width)
         row_dst = out + b * out_stride_b + (d - 1) * out_stride_d - vocab_start
         v = lo + tl.arange(0, BLOCK)
-        tl.store(row_dst + v, tl.full([BLOCK], _OFF, tl.float32).to(out.dtype.element_ty), mask=v < hi)
+        tl.store(row_dst + v, _floor(v).to(out.dtype.element_ty), mask=v < hi)
         tl.debug_barrier()  # the floor first: the ranked tokens below overwrite it (other threads)
         decoy = (correct.to(tl.int64) + 1 + rr.to(tl.int64) * stride) % vocab
         tok = tl.where(rr == rank, correct.to(tl.int64), decoy)  # rank j's token; absent: every rank a decoy

@@ -12,7 +12,8 @@ continuation of a root ``r`` is ``succ(r), succ(succ(r)), ...``, so the correct 
 
 **A row.** Each row (request b, depth d = 1..L) has a *level* k (its shape) and gives rank
 ``j < R`` the logit ``logits[k, j]`` (rank 0 is 0, a unique maximum; the values strictly decrease,
-are exact in float32, bfloat16 and float16, and stop at -30), every other token -30. The correct
+are exact in float32, bfloat16 and float16, and stop at -30), every other token its *floor*
+(``floor_logits``: -30 down to -59.75, a hash of the token id). The correct
 token ``c_d`` sits at rank ``j`` with probability ``law[k, j]`` (absent with the rest); decoys
 ``(c_d + 1 + j * S) mod V`` fill the other ranks, ``S`` (``decoy_stride``) the largest odd number
 at most V / R: spread over the vocabulary as a real drafter's candidates are. Packed into one
@@ -23,6 +24,15 @@ partition Triton may reorder), too few stood above the floor and K 15 took the s
 µs at bs 1 against 12: ``verify.bench.bench_hook_tail --decoy-stride 2048``). A rank's
 decoy is the same token for a given correct token at every budget, and trees break ties by rank,
 never by id, so the law of acceptance does not depend on ``S``.
+
+**The floor.** A real drafter's tail is a spread of values, not one. With every unranked token at
+-30, a top-K past the R ranks (DDTREE's at B >= 64: K 63 > R 32) met 150 K tokens tied at its
+threshold and scanned the row whole (161 µs a B 63 round on the full-size target, a test
+artifact). So an unranked token's logit is -30 minus a step per level, its level a 13-bit hash of
+its id (``FLOOR_HASH``) capped at ``FLOOR_LEVELS`` - 1: about V / 8192 tokens a level (19 at Qwen3's
+vocabulary), the rest at the lowest; a K-th best falls among a few tied tokens. No tree up to B 512
+reaches an unranked token (``verify.bench.hook_law`` refuses one that would), so the law does not
+depend on the floor either.
 
 **The draws.** Everything is a deterministic hash of (seed, root, prefix length, depth): two
 24-bit uniforms per row (one for the level, one for the rank), identical on every TP rank, no
@@ -58,6 +68,12 @@ ROOT_MULT, PREFIX_MULT, DEPTH_MULT, SEED_MULT = 1_000_003, 7_919, 104_729, 15_48
 MIX_MULTS = (0x45D9F3B, 0x2C1B3C6D)
 LEVEL_SALT = 0x2545F4914F6CDD1D
 """Added to the row hash's input for the level uniform (the rank uniform has none)."""
+FLOOR_HASH = 0x9E3779B1
+"""Multiplier of an unranked token's floor hash: ``(id * FLOOR_HASH mod 2^32) >> FLOOR_SHIFT``."""
+FLOOR_SHIFT = 19
+"""A 13-bit hash: 8192 buckets, about V / 8192 tokens each."""
+FLOOR_LEVELS = 128
+"""Floor levels: buckets 0-126 one level each, the rest the lowest (-59.75)."""
 
 
 @dataclass(frozen=True)
@@ -157,7 +173,8 @@ class DrafterTestHook:
         j = torch.arange(n_ranks, device=roots.device)
         decoys = (correct[..., None] + 1 + j * self.decoy_stride) % vocab  # [bs, L, R], never the correct token
         tokens = torch.where(j == rank[..., None], correct[..., None], decoys)
-        out = torch.full((*correct.shape, vocab), OFF_LOGIT, dtype=torch.float32, device=roots.device)
+        floor = floor_logits(torch.arange(vocab, device=roots.device))
+        out = floor.expand(*correct.shape, vocab).clone()
         out.scatter_(2, tokens, self.tables.logits[level])
         return out
 
@@ -272,6 +289,15 @@ class DrafterTestHook:
         for mult in MIX_MULTS:  # integer mixing (wraps mod 2^64, deterministic)
             h = (h ^ (h >> 16)) * mult
         return (h >> 20) & _MASK24
+
+
+def floor_logits(tokens: torch.Tensor) -> torch.Tensor:
+    """float32 logits of unranked tokens ``tokens`` (ids, any shape): level
+    ``min(hash(id) >> FLOOR_SHIFT, FLOOR_LEVELS - 1)`` at -30 - level / 8 (levels 0-15), then -32 -
+    (level - 16) / 4: 128 values in [-59.75, -30], exact in float32, bfloat16 and float16."""
+    u = ((tokens.to(torch.int64) * FLOOR_HASH) & 0xFFFFFFFF) >> FLOOR_SHIFT
+    level = u.clamp(max=FLOOR_LEVELS - 1).to(torch.float32)
+    return torch.where(level < 16, OFF_LOGIT - 0.125 * level, -32.0 - 0.25 * (level - 16))
 
 
 def _use_kernel(device: torch.device) -> bool:

@@ -2,9 +2,10 @@
 
     python -m verify.bench.bench_hook_tail --bs 1 16 --out results/bench_hook_tail.json
     python -m verify.bench.bench_hook_tail --decoy-stride 2048   # the hook's rows at another stride
+    python -m verify.bench.bench_hook_tail --budget 63 --flat-floor   # K 63 on the old flat floor
 
 What a served DDTREE round runs between the drafter's LM head and the verify, on Qwen3-8B's shape
-(V 151936, hidden 4096, L 15, B 15, the paper profile's hook): each piece captured in one CUDA
+(V 151936, hidden 4096, L 15, B 15 or ``--budget``, the paper profile's hook): each piece captured in one CUDA
 graph and replayed (µs a replay, CUDA events), and the GPU time of each kernel in it (torch
 profiler over 20 replays):
 
@@ -15,7 +16,8 @@ profiler over 20 replays):
 - ``head+topk``: the GEMM's own rows through the top-K (rows of no structure: the reference).
 
 ``--decoy-stride`` replaces the hook's decoy stride: a power of two there sends the top-K down its
-slow path (docs/ROUND-HOST.md). GPU machine only.
+slow path (docs/ROUND-HOST.md); ``--flat-floor`` adds ``topk-flat-floor``, the top-K on the rows with
+every unranked token at -30 (the hook before ``floor_logits``: past K 32, its slow path). GPU machine only.
 """
 
 from __future__ import annotations
@@ -69,10 +71,11 @@ def hook(stride: int | None):
     return cls.build(succ, load_profiles()[PROFILE], horizon=HORIZON, device="cuda", name=PROFILE)
 
 
-def measure(bs: int, test_hook, head: torch.Tensor) -> dict:
+def measure(bs: int, test_hook, head: torch.Tensor, budget: int, *, flat_floor: bool) -> dict:
     """Every piece at ``bs`` requests; checks the kernel's rows against the hook's reference."""
     from repro.kernels.topk_lse import topk_lse
     from repro.round import DraftTail
+    from repro.sglang_glue.hook_profiles import OFF_LOGIT
 
     gen = torch.Generator(device="cuda").manual_seed(bs)
     roots = torch.randint(0, VOCAB, (bs,), device="cuda", generator=gen)
@@ -80,7 +83,7 @@ def measure(bs: int, test_hook, head: torch.Tensor) -> dict:
     hidden = torch.randn(bs * HORIZON, HIDDEN, device="cuda", generator=gen).to(torch.bfloat16)
     rows = torch.empty(bs, HORIZON, VOCAB, dtype=torch.bfloat16, device="cuda")
     head_rows = torch.empty(bs * HORIZON, VOCAB, dtype=torch.bfloat16, device="cuda")
-    tail = DraftTail(HORIZON, HORIZON, VOCAB)
+    tail = DraftTail(budget, HORIZON, VOCAB)
     mask = torch.zeros(bs * tail.n * (512 + tail.n), dtype=torch.bool, device="cuda")
     test_hook.rows(roots, prefix, out=rows)
     exact = torch.equal(rows, test_hook.logits(roots, prefix).to(torch.bfloat16))
@@ -94,6 +97,9 @@ def measure(bs: int, test_hook, head: torch.Tensor) -> dict:
         "head+rows+tail": lambda: (lm_head(), test_hook.rows(roots, prefix, out=rows), tail(rows, roots, prefix, mask)),
         "head+topk": lambda: (lm_head(), topk_lse(head_rows.view(bs, HORIZON, VOCAB), tail.k)),
     }
+    if flat_floor:
+        flat = rows.clamp(min=OFF_LOGIT)
+        pieces["topk-flat-floor"] = lambda: topk_lse(flat, tail.k)
     return {"bs": bs, "rows_exact": exact, **{name: graph_time(fn) for name, fn in pieces.items()}}
 
 
@@ -102,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--bs", type=int, nargs="+", default=[1, 16])
     p.add_argument("--decoy-stride", type=int, help="replace the hook's decoy stride (default: the hook's own)")
+    p.add_argument("--budget", type=int, default=HORIZON, help="DDTREE's budget B, the top-K's K (default: 15)")
+    p.add_argument("--flat-floor", action="store_true", help="also time the top-K with every unranked token at -30")
     p.add_argument("--out", type=Path, default=Path("results/bench_hook_tail.json"))
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
@@ -112,12 +120,12 @@ def main(argv: list[str] | None = None) -> int:
     test_hook = hook(args.decoy_stride)
     head = (torch.randn(VOCAB, HIDDEN, device="cuda") * 0.02).to(torch.bfloat16)
     result = {"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "commit": git_revision(),
-              "device": torch.cuda.get_device_name(), "decoy_stride": test_hook.decoy_stride,
+              "device": torch.cuda.get_device_name(), "decoy_stride": test_hook.decoy_stride, "budget": args.budget,
               "command": "python -m verify.bench.bench_hook_tail " + " ".join(sys.argv[1:] if argv is None else argv),
               "rows": []}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     for bs in args.bs:
-        row = measure(bs, test_hook, head)
+        row = measure(bs, test_hook, head, args.budget, flat_floor=args.flat_floor)
         result["rows"].append(row)
         print(json.dumps(row), flush=True)
         args.out.write_text(json.dumps(result, indent=1) + "\n")

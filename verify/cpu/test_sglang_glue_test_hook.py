@@ -17,8 +17,9 @@ import pytest
 import torch
 from scipy.stats import chi2
 
+from repro.kernels.topk_lse import TopKConfig, make_plan
 from repro.sglang_glue.hook_profiles import compile_profile, load_profiles, named_profile
-from repro.sglang_glue.test_hook import DrafterTestHook
+from repro.sglang_glue.test_hook import FLOOR_LEVELS, DrafterTestHook, floor_logits
 from repro.testmodels.planted import write_hook
 from verify.bench import fit_hook_profile as fit
 
@@ -74,7 +75,7 @@ class TestDrafterTestHook:
                     assert int(order[b, d, r]) == tok
                     assert float(logits[b, d, tok]) == -r
                 else:
-                    assert float(logits[b, d, tok]) == -30.0
+                    assert float(logits[b, d, tok]) == float(floor_logits(torch.tensor(tok)))
 
     def test_rank_frequencies_follow_rank_probs(self, tmp_path):
         """Over many (root, prefix) pairs the drawn ranks match rank_probs within 2%."""
@@ -87,7 +88,8 @@ class TestDrafterTestHook:
     def test_default_profile_rows_are_unchanged(self, tmp_path):
         """The default hook's ranks on a fixed sample hash as they did before profiles existed
         (sha256 of the outputs of the implementation at 5683caa), its rows as since its decoys
-        were spread over the vocabulary at an odd stride (``decoy_stride``)."""
+        were spread over the vocabulary at an odd stride (``decoy_stride``) and its unranked tokens
+        over the floor's levels (``floor_logits``)."""
         vocab = 4096
         path = tmp_path / "hook.json"
         succ = [(t * 2654435761 + 12345) % vocab for t in range(vocab)]
@@ -95,7 +97,7 @@ class TestDrafterTestHook:
         hook = DrafterTestHook.from_file(path, horizon=15, vocab_size=vocab, device="cpu")
         roots, prefix = (torch.arange(64) * 37) % vocab, torch.arange(64) * 101 + 5
         digest = lambda t: hashlib.sha256(t.numpy().tobytes()).hexdigest()  # noqa: E731
-        assert digest(hook.logits(roots, prefix)) == "6b61653466a42737ae36162c8f4e79b6c7b2b54d986ffa4bf6e2f43954c98604"
+        assert digest(hook.logits(roots, prefix)) == "ed084ee48bd5056cf6a3752401f775b1dd8422a3289a6c05a61b3cf05f235016"
         assert digest(hook.ranks(roots, prefix)) == "2a60f303a37b524f82bec4d8156fdde5b19e40ef9c9ba34e823dbf1feb46fbd1"
 
     def test_named_default_profile_equals_bare_rank_probs(self, tmp_path):
@@ -203,6 +205,35 @@ def test_decoys_lie_in_distinct_groups_of_32():
         assert int(ranked.sum(-1).min()) >= 31  # 32 ranks, the correct token's among them or not
         for ids in (r.nonzero().flatten() for r in ranked.flatten(0, 1)):
             assert len(set((ids // 32).tolist())) == len(ids)
+
+def test_the_floor_is_128_exact_levels_a_few_tokens_each():
+    """Unranked tokens' logits: 128 values from -30 down, each exact in bfloat16 and float16, the
+    top 127 holding about V / 8192 tokens each at Qwen3's vocabulary, the rest the lowest."""
+    floor = floor_logits(torch.arange(151936))
+    values, counts = torch.unique(floor, return_counts=True)
+    assert len(values) == FLOOR_LEVELS and float(values.max()) == -30.0 and float(values.min()) == -59.75
+    for dtype in (torch.bfloat16, torch.float16):
+        assert torch.equal(floor.to(dtype).float(), floor)
+    assert int(counts[1:].min()) >= 10 and int(counts[1:].max()) <= 30  # 151936 / 8192 = 18.5
+
+
+@pytest.mark.parametrize("vocab", [151936, 163840])
+def test_a_top_k_past_the_ranks_finds_few_tokens_at_its_threshold(vocab):
+    """DDTREE's top-K at K 63-1023 on the paper profile's rows: the tokens reaching the select's
+    threshold (the K-th largest super key, each the maximum of R group keys of 32 tokens) fit its
+    candidate buffer, so no row takes the top-K's slow path. With every unranked token at -30
+    (before the floor), 150 K tokens tied there past K 32."""
+    hook = _named(PAPER, vocab=vocab, horizon=4)
+    rows = hook.logits(*_draws(4, vocab)).flatten(0, 1).to(torch.bfloat16).float()
+    for k in (63, 127, 255, 511, 1023):
+        plan = make_plan(rows.shape[0], vocab, k, TopKConfig())
+        groups = torch.nn.functional.pad(rows, (0, plan.groups * plan.group - vocab), value=float("-inf"))
+        keys = groups.view(rows.shape[0], plan.groups, plan.group).amax(-1)
+        keys = torch.nn.functional.pad(keys, (0, -plan.groups % plan.super_keys), value=float("-inf"))
+        supers = keys.view(rows.shape[0], -1, plan.super_keys).amax(-1)
+        threshold = supers.topk(k, dim=-1).values[:, -1:]
+        assert int((rows >= threshold).sum(-1).max()) <= plan.cap, k
+
 
 class TestWriteHook:
     def test_writes_a_profile_inline(self, tmp_path):
@@ -326,7 +357,8 @@ import sys, torch
 from verify.kernel_cases import _fix_interpreter_for_numpy_2_4
 _fix_interpreter_for_numpy_2_4()
 from repro.sglang_glue.hook_profiles import named_profile
-from repro.sglang_glue.test_hook import DrafterTestHook
+from repro.kernels.topk_lse import TopKConfig, make_plan
+from repro.sglang_glue.test_hook import FLOOR_LEVELS, DrafterTestHook, floor_logits
 one_level = {"kind": "calibrated", "ranks": 8, "spread": 0.25, "gap": 3.0, "slope": 1.0, "stay": 0.0,
              "miss_off": 0.5, "levels": [{"choices": 2, "weight": 1.0, "miss": 0.1}]}
 cases = 0
