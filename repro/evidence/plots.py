@@ -58,9 +58,7 @@ def _ratios(here: list[CellSummary]) -> tuple[str, dict[tuple[int, int | None], 
     with_ar = {(s.cell.concurrency, s.cell.budget): s.speedup for s in tree if s.speedup is not None}
     if with_ar:
         return "AR", with_ar
-    dflash = {s.cell.concurrency: s.output_tok_s for s in here if s.cell.algorithm == "DFLASH" and s.output_tok_s}
-    over = {(s.cell.concurrency, s.cell.budget): s.output_tok_s / dflash[s.cell.concurrency]
-            for s in tree if s.cell.concurrency in dflash}
+    over = {(s.cell.concurrency, s.cell.budget): s.over_dflash for s in tree if s.over_dflash is not None}
     return ("DFLASH", over) if over else None
 
 

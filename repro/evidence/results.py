@@ -15,7 +15,7 @@ import os
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -271,6 +271,7 @@ class CellSummary:
     itl_p99_ms: float | None
     taus: list[float] = field(default_factory=list)
     speedup: float | None = None  # over AR of the same profile, concurrency, temperature, prompts
+    over_dflash: float | None = None  # DDTREE: over DFLASH, likewise
 
 
 def _summary(cell: Cell, rows: list[dict[str, Any]]) -> CellSummary:
@@ -298,7 +299,9 @@ def _summary(cell: Cell, rows: list[dict[str, Any]]) -> CellSummary:
 
 
 def summarize(records: Iterable[dict[str, Any]]) -> list[CellSummary]:
-    """One summary per cell, sorted for reading, with speedups over the matching AR cell."""
+    """One summary per cell, sorted for reading, with its speedup over the matching AR cell and a
+    DDTREE cell's over the DFLASH one: from the runs that served both side by side where there are
+    any (AR's via DFLASH's where a run served DFLASH and not AR), else from the pooled cells."""
     by_cell: dict[str, list[dict[str, Any]]] = {}
     cells: dict[str, Cell] = {}
     for r in records:
@@ -310,18 +313,58 @@ def summarize(records: Iterable[dict[str, Any]]) -> list[CellSummary]:
         (_summary(cells[k], rows) for k, rows in by_cell.items()),
         key=lambda s: (s.cell.profile, s.cell.prompts, s.cell.temperature,
                        label_order(s.cell.label), s.cell.concurrency))
-    baseline = {(s.cell.profile, s.cell.concurrency, s.cell.temperature, s.cell.prompts,
-                 s.cell.max_new_tokens): s.output_tok_s
-                for s in summaries if s.cell.algorithm == "AR"}
+    pooled = {s.cell.key: s.output_tok_s for s in summaries}
+    in_session = _session_tok_s(by_cell, cells)
     for s in summaries:
-        ar = baseline.get((s.cell.profile, s.cell.concurrency, s.cell.temperature, s.cell.prompts,
-                           s.cell.max_new_tokens))
-        s.speedup = s.output_tok_s / ar if ar else None
+        ar = replace(s.cell, algorithm="AR", budget=None).key
+        dflash = replace(s.cell, algorithm="DFLASH", budget=None).key
+        dflash_over_ar = _side_by_side(dflash, {"": ar}, in_session)
+        s.speedup = _either(_side_by_side(s.cell.key, {"": ar, "DFLASH": dflash}, in_session, via=dflash_over_ar),
+                            s.output_tok_s, pooled.get(ar))
+        if s.cell.algorithm == "DDTREE":
+            s.over_dflash = _either(_side_by_side(s.cell.key, {"": dflash}, in_session), s.output_tok_s,
+                                    pooled.get(dflash))
     return summaries
 
 
+def _either(matched: float | None, tok_s: float, pooled_base: float | None) -> float | None:
+    """The side-by-side ratio, else the ratio of the pooled cells (runs that never served both)."""
+    if matched is not None:
+        return matched
+    return tok_s / pooled_base if pooled_base else None
+
+
+def _session_tok_s(by_cell: dict[str, list[dict[str, Any]]],
+                   cells: dict[str, Cell]) -> dict[str, dict[str, tuple[float, int]]]:
+    """{cell key: {bench session: (tok/s, requests)}}: each cell as each ``repro bench`` run served it."""
+    out: dict[str, dict[str, tuple[float, int]]] = {}
+    for key, rows in by_cell.items():
+        groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for row in rows:
+            groups[row.get("session", "")].append(row)
+        out[key] = {session: (_summary(cells[key], rs).output_tok_s, len(rs)) for session, rs in groups.items()}
+    return out
+
+
+def _side_by_side(key: str, bases: dict[str, str], in_session: dict[str, dict[str, tuple[float, int]]],
+                  via: float | None = None) -> float | None:
+    """A cell's tok/s over a baseline cell, from the runs that served both (the GPU machine drifts
+    between runs; within one, ``--interleave`` serves them in turns): each of the cell's sessions
+    takes the first of ``bases`` it also served (a key under "DFLASH" counts times ``via``, DFLASH
+    over AR measured elsewhere side by side), the sessions weighted by requests; None if none did."""
+    total = weight = 0.0
+    for session, (tok_s, n) in in_session.get(key, {}).items():
+        for name, base in bases.items():
+            got = in_session.get(base, {}).get(session)
+            scale = via if name == "DFLASH" else 1.0
+            if got and got[0] > 0 and scale:
+                total, weight = total + n * tok_s / got[0] * scale, weight + n
+                break
+    return total / weight if weight else None
+
+
 HEADERS = ("profile", "algorithm", "c", "T", "n", "tok/s", "decode tok/s", "tau", "TTFT p50 ms", "ITL p50 ms",
-           "ITL p99 ms", "speedup")
+           "ITL p99 ms", "speedup", "x DFLASH")
 
 
 def _fmt(value: float | None, digits: int = 1) -> str:
@@ -333,7 +376,8 @@ def table_rows(summaries: Iterable[CellSummary]) -> list[list[str]]:
     return [[s.cell.profile, s.cell.label, str(s.cell.concurrency), f"{s.cell.temperature:g}",
              str(s.requests), _fmt(s.output_tok_s), _fmt(s.decode_tok_s), _fmt(s.tau_mean, 2), _fmt(s.ttft_p50_ms),
              _fmt(s.itl_p50_ms, 2), _fmt(s.itl_p99_ms, 2),
-             "-" if s.speedup is None else f"{s.speedup:.2f}x"]
+             "-" if s.speedup is None else f"{s.speedup:.2f}x",
+             "-" if s.over_dflash is None else f"{s.over_dflash:.2f}x"]
             for s in summaries]
 
 

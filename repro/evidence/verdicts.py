@@ -97,9 +97,8 @@ def _profile_verdicts(profile: Profile, tset: ThresholdSet,
                      tset.tau_source)
     for name, floor in tset.speedup_floor.items():
         if name == "DDTREE-over-DFLASH":
-            tree, chain = at.get("DDTREE"), at.get("DFLASH")
-            value = tree.output_tok_s / chain.output_tok_s if tree and chain and \
-                chain.output_tok_s else None
+            tree = at.get("DDTREE")
+            value = tree.over_dflash if tree else None
             yield _floor("DDTREE/DFLASH", f"{profile.name} B={budget} {where}", value,
                          floor, tset.speedup_source)
         else:

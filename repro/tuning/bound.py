@@ -84,15 +84,18 @@ def allowed(path: Path, copy_tb_s: float = COPY_TB_S) -> dict[str, Any]:
 
 def add_measured(section: dict[str, Any], summaries: list[Any], models: dict[str, str]) -> None:
     """Beside each bound row, the measured ratio over DFLASH at concurrency = bs, T = 0, from the
-    bench summaries of profiles serving this target (``models``: profile name -> model name)."""
-    tok_s: dict[tuple[str, int | None, int], float] = {}
+    bench summaries of profiles serving this target (``models``: profile name -> model name): the
+    summaries' side-by-side ratios (``results.summarize``)."""
+    over: dict[tuple[str, int | None, int], float | None] = {}
     for s in summaries:
         c = s.cell
-        if models.get(c.profile) == section["model"] and c.temperature == 0:
-            tok_s[(c.algorithm, c.budget, c.concurrency)] = s.output_tok_s
+        if models.get(c.profile) != section["model"] or c.temperature != 0 or c.algorithm == "AR":
+            continue
+        over[(c.algorithm, c.budget, c.concurrency)] = 1.0 if c.algorithm == "DFLASH" else s.over_dflash
+        if c.algorithm == "DFLASH" and s.speedup:  # over AR, so AR over DFLASH is its inverse
+            over[("AR", None, c.concurrency)] = 1 / s.speedup
     for row in section["rows"]:
-        got, dflash = tok_s.get((row["algorithm"], row["budget"], row["bs"])), tok_s.get(("DFLASH", None, row["bs"]))
-        row["measured_over_dflash"] = got / dflash if got and dflash else None
+        row["measured_over_dflash"] = over.get((row["algorithm"], row["budget"], row["bs"]))
 
 
 def markdown(section: dict[str, Any]) -> list[str]:

@@ -92,6 +92,28 @@ class TestSummaries:
         assert tree.speedup == pytest.approx((128 / 0.5) / (64 / 2.0))
         assert tree.tau_mean == pytest.approx((4 + 2) / 2)
 
+    def test_ratios_come_from_the_runs_that_served_both_cells(self) -> None:
+        """Two runs of one machine that drifted: run a served AR, DFLASH and B 16 (DFLASH 4x AR, B 16
+        1.25x DFLASH), run b, 20% slower, DFLASH and B 64 (1.5x DFLASH). B 64's ratios are its run's,
+        its speedup over AR run b's 1.5x times run a's DFLASH over AR; the pooled DFLASH cell (both
+        runs) would have put B 64 at 1.38x DFLASH."""
+        def rows(c, session, seconds):
+            return [request(c, i, end=seconds, session=session) for i in range(2)]
+        records = (rows(cell(), "a", 4.0) + rows(cell("DFLASH"), "a", 1.0) + rows(cell("DDTREE", 16), "a", 0.8)
+                   + rows(cell("DFLASH"), "b", 1.2) + rows(cell("DDTREE", 64), "b", 0.8))
+        by = {s.cell.label: s for s in summarize(records)}
+        assert by["DFLASH"].speedup == pytest.approx(4.0) and by["DFLASH"].over_dflash is None
+        assert by["DDTREE B=16"].over_dflash == pytest.approx(1.25) and by["DDTREE B=16"].speedup == pytest.approx(5.0)
+        assert by["DDTREE B=64"].over_dflash == pytest.approx(1.5)
+        assert by["DDTREE B=64"].speedup == pytest.approx(6.0)
+        assert by["DDTREE B=64"].output_tok_s / by["DFLASH"].output_tok_s == pytest.approx(1.375)
+
+    def test_runs_that_never_served_both_cells_compare_pooled(self) -> None:
+        """AR and DDTREE from separate runs: the speedup is the pooled cells' ratio."""
+        records = [request(cell(), 0, end=2.0, session="a"), request(cell("DDTREE", 8), 0, end=0.5, session="b")]
+        _, tree = summarize(records)
+        assert tree.speedup == pytest.approx(4.0) and tree.over_dflash is None
+
     def test_itl_spreads_a_chunk_over_its_tokens(self) -> None:
         """A chunk of k tokens after gap g counts as k inter-token gaps of g/k."""
         (s,) = summarize([request(cell(), 0)])
