@@ -183,7 +183,9 @@ def _markdown(data: dict[str, Any], summaries: list[Any]) -> str:
                else "No benchmark results.")
     out += ["", ("tok/s: output tokens over wall time per cell; tau: completion tokens / verify "
                  "rounds (bonus included); ITL: inter-token latency, a chunk of k tokens counting as k "
-                 "gaps; speedup: tok/s over AR at the same concurrency and temperature.")]
+                 "gaps; speedup: tok/s over AR at the same concurrency and temperature, x DFLASH: a DDTREE "
+                 "cell's over DFLASH's, each from the runs that served both cells side by side (a run without AR "
+                 "through its DFLASH cell), else from the pooled cells.")]
     if data["pooled_revisions"]:
         out += ["", "Cells pooled from runs at more than one commit (their figures average different code):", "",
                 *(f"- {cell}: {', '.join(revs)}" for cell, revs in data["pooled_revisions"].items())]
