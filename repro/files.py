@@ -2,7 +2,8 @@
 
 ``read_text``/``read_toml``/``read_json`` raise :class:`~repro.errors.UsageError` naming the flag
 (or argument) and the path when the file is missing, a directory, unreadable, binary, not UTF-8 or
-malformed, so no verb turns a wrong path into a traceback. ``atomic_output`` and
+malformed, so no verb turns a wrong path into a traceback; a name ending in ``.gz`` is read through
+gzip (archived results: ``gzip -9 run.jsonl``). ``atomic_output`` and
 ``write_atomic`` write through a temporary file in the same directory and rename it into place,
 so a crash or a full disk never leaves a partial file that looks complete; the rename replaces
 a symlink at the destination instead of writing through it. ``check_name`` and ``check_inside``
@@ -12,12 +13,14 @@ keep names used in paths, and paths derived from untrusted files, inside their t
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import math
 import os
 import re
 import tempfile
 import tomllib
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -55,8 +58,16 @@ def decode_text(data: bytes, path: Path, what: str, expected: str) -> str:
 
 
 def read_text(path: Path, what: str, expected: str = "a text file") -> str:
-    """The UTF-8 text of ``path`` (see :func:`read_bytes` and :func:`decode_text`)."""
-    return decode_text(read_bytes(path, what, expected), path, what, expected)
+    """The UTF-8 text of ``path``, gunzipped when its name ends in ``.gz`` (see :func:`read_bytes`
+    and :func:`decode_text`)."""
+    data = read_bytes(path, what, expected)
+    if path.name.endswith(".gz"):
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as exc:
+            msg = f"{what}: {path} is not a whole gzip file ({exc}; expected {expected}, gzipped)"
+            raise UsageError(msg) from None
+    return decode_text(data, path, what, expected)
 
 
 def read_toml(path: Path, what: str, expected: str = "a TOML file") -> dict[str, Any]:

@@ -231,8 +231,9 @@ def _check_request(record: dict[str, Any], fail: Callable[[str], None]) -> None:
 
 
 def results_files(paths: Iterable[Path]) -> list[Path]:
-    """The files named, a directory standing for the ``*.jsonl`` files in it."""
-    return [f for p in paths for f in (sorted(p.glob("*.jsonl")) if p.is_dir() else [p])]
+    """The files named, a directory standing for the ``*.jsonl`` (and gzipped ``*.jsonl.gz``) files in it."""
+    return [f for p in paths
+            for f in (sorted([*p.glob("*.jsonl"), *p.glob("*.jsonl.gz")]) if p.is_dir() else [p])]
 
 
 def load_records(paths: Iterable[Path], what: str = "RESULTS") -> list[dict[str, Any]]:

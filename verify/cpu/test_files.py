@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,22 @@ class TestRead:
         make(tmp_path / "f")
         with pytest.raises(UsageError, match=message):
             read_text(tmp_path / "f", "--x")
+
+    def test_a_gz_name_is_read_through_gzip(self, tmp_path: Path) -> None:
+        """run.jsonl.gz reads as the text it compresses; a cut or plain file under a .gz name is one
+        UsageError; without .gz the compressed bytes are binary."""
+        text = '{"kind": "run"}\n' * 100
+        whole = gzip.compress(text.encode())
+        (tmp_path / "run.jsonl.gz").write_bytes(whole)
+        assert read_text(tmp_path / "run.jsonl.gz", "--x") == text
+        (tmp_path / "cut.jsonl.gz").write_bytes(whole[: len(whole) // 2])
+        (tmp_path / "plain.jsonl.gz").write_text(text)
+        for name in ("cut.jsonl.gz", "plain.jsonl.gz"):
+            with pytest.raises(UsageError, match=rf"--x: .*{name} is not a whole gzip file"):
+                read_text(tmp_path / name, "--x")
+        (tmp_path / "run.jsonl").write_bytes(whole)
+        with pytest.raises(UsageError, match="is binary or not UTF-8"):
+            read_text(tmp_path / "run.jsonl", "--x")
 
     def test_toml_and_json_errors_name_the_flag(self, tmp_path: Path) -> None:
         """Malformed TOML and JSON are UsageErrors naming the flag and the file."""

@@ -12,20 +12,21 @@ import torch
 
 from repro.ddtree import build_trees, walk
 from repro.evidence.prompts import load_prompts, request_input
+from repro.files import read_text
 from repro.sglang_glue.hook_profiles import load_profiles
 from repro.sglang_glue.test_hook import DrafterTestHook
 from repro.testmodels.fullsize import load_model, write_model
 from verify.bench import hook_law
 
 PERF = Path(__file__).resolve().parents[2] / "docs" / "perf"
-SIDE = PERF / "side_qwen3-8b_h200_2026-12-03.jsonl"  # AR, DFLASH, DDTREE B 63 / 127 on qwen3-8b
-K26 = PERF / "fullsize_k26-tp8_h200_2026-12-03.jsonl"  # DDTREE B 16 / 17 on k26-tp8
-SIDE_B = PERF / "side_qwen3-8b_h200_2026-12-03b.jsonl"  # DFLASH, DDTREE B 16 / 63 / 127 after the top-K scan
-SIDE_ATTN = [PERF / f"side_qwen3-8b_h200_2026-12-04{r}.jsonl" for r in ("", "b", "c")]  # split-KV verify attention
-SIDE_HEAD = [PERF / f"side_qwen3-8b_h200_2026-12-04{r}.jsonl" for r in "def"]  # DFLASH on it too; the hook after the head
-SIDE_ODD = [PERF / f"side_qwen3-8b_h200_2026-12-04{r}.jsonl" for r in "ghi"]  # decoys at an odd stride; tree-wide key blocks
-SIDE_WIDE = PERF / "side_qwen3-8b_h200_2026-12-04j.jsonl"  # B 63's tree in the attention's wide tiles
-SIDE_FLOOR = [PERF / f"side_qwen3-8b_h200_2026-12-04{r}.jsonl" for r in "lmo"]  # the hook's floor levels: B 16-256
+SIDE = PERF / "side_qwen3-8b_h200_2026-12-03.jsonl.gz"  # AR, DFLASH, DDTREE B 63 / 127 on qwen3-8b
+K26 = PERF / "fullsize_k26-tp8_h200_2026-12-03.jsonl.gz"  # DDTREE B 16 / 17 on k26-tp8
+SIDE_B = PERF / "side_qwen3-8b_h200_2026-12-03b.jsonl.gz"  # DFLASH, DDTREE B 16 / 63 / 127 after the top-K scan
+SIDE_ATTN = [PERF / f"side_qwen3-8b_h200_2026-12-04{r}.jsonl.gz" for r in ("", "b", "c")]  # split-KV verify attention
+SIDE_HEAD = [PERF / f"side_qwen3-8b_h200_2026-12-04{r}.jsonl.gz" for r in "def"]  # DFLASH on it too; the hook after the head
+SIDE_ODD = [PERF / f"side_qwen3-8b_h200_2026-12-04{r}.jsonl.gz" for r in "ghi"]  # decoys at an odd stride; tree-wide key blocks
+SIDE_WIDE = PERF / "side_qwen3-8b_h200_2026-12-04j.jsonl.gz"  # B 63's tree in the attention's wide tiles
+SIDE_FLOOR = [PERF / f"side_qwen3-8b_h200_2026-12-04{r}.jsonl.gz" for r in "lmo"]  # the hook's floor levels: B 16-256
 
 
 def _hook(profile: dict, vocab: int, horizon: int) -> DrafterTestHook:
@@ -114,7 +115,7 @@ def test_the_committed_served_requests_take_exactly_the_laws_rounds(models, raw,
 
 def test_a_request_that_took_another_round_count_fails(models, tmp_path, capsys):
     """One served request with one round more than the law: named in its cell, exit 1."""
-    lines = SIDE.read_text().splitlines()
+    lines = read_text(SIDE, "SIDE").splitlines()
     at = next(i for i, line in enumerate(lines) if '"DDTREE"' in line and '"kind": "request"' in line)
     row = json.loads(lines[at])
     row["spec_verify_ct"] += 1
@@ -154,7 +155,7 @@ def test_bad_input_is_one_line_exit_2(models, tmp_path, capsys, edit, message):
         path = tmp_path / "nope.jsonl"
     elif edit == "ar-only":
         path = tmp_path / "ar.jsonl"
-        path.write_text("".join(line + "\n" for line in SIDE.read_text().splitlines()
+        path.write_text("".join(line + "\n" for line in read_text(SIDE, "SIDE").splitlines()
                                 if '"algorithm": "DFLASH"' not in line and '"algorithm": "DDTREE"' not in line))
     else:
         root = tmp_path / "empty"

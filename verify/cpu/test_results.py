@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -57,11 +58,12 @@ class TestWriter:
             read_records(path)
 
     def test_directories_stand_for_their_jsonl_files(self, tmp_path: Path) -> None:
-        """load_records reads every *.jsonl file of a directory."""
+        """load_records reads every *.jsonl and gzipped *.jsonl.gz file of a directory."""
         for name in ("a", "b"):
             (tmp_path / f"{name}.jsonl").write_text('{"kind": "run"}\n')
-        (tmp_path / "c.txt").write_text("ignored")
-        assert len(load_records([tmp_path])) == 2
+        (tmp_path / "c.jsonl.gz").write_bytes(gzip.compress(b'{"kind": "run"}\n{"kind": "run"}\n'))
+        (tmp_path / "d.txt").write_text("ignored")
+        assert len(load_records([tmp_path])) == 4
 
 
 class TestSummaries:
