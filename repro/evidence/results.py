@@ -319,12 +319,11 @@ def summarize(records: Iterable[dict[str, Any]]) -> list[CellSummary]:
     for s in summaries:
         ar = replace(s.cell, algorithm="AR", budget=None).key
         dflash = replace(s.cell, algorithm="DFLASH", budget=None).key
-        dflash_over_ar = _side_by_side(dflash, {"": ar}, in_session)
-        s.speedup = _either(_side_by_side(s.cell.key, {"": ar, "DFLASH": dflash}, in_session, via=dflash_over_ar),
-                            s.output_tok_s, pooled.get(ar))
+        dflash_over_ar = _side_by_side(dflash, ar, in_session)
+        through = (dflash, dflash_over_ar) if dflash_over_ar else None
+        s.speedup = _either(_side_by_side(s.cell.key, ar, in_session, through=through), s.output_tok_s, pooled.get(ar))
         if s.cell.algorithm == "DDTREE":
-            s.over_dflash = _either(_side_by_side(s.cell.key, {"": dflash}, in_session), s.output_tok_s,
-                                    pooled.get(dflash))
+            s.over_dflash = _either(_side_by_side(s.cell.key, dflash, in_session), s.output_tok_s, pooled.get(dflash))
     return summaries
 
 
@@ -347,20 +346,19 @@ def _session_tok_s(by_cell: dict[str, list[dict[str, Any]]],
     return out
 
 
-def _side_by_side(key: str, bases: dict[str, str], in_session: dict[str, dict[str, tuple[float, int]]],
-                  via: float | None = None) -> float | None:
-    """A cell's tok/s over a baseline cell, from the runs that served both (the GPU machine drifts
-    between runs; within one, ``--interleave`` serves them in turns): each of the cell's sessions
-    takes the first of ``bases`` it also served (a key under "DFLASH" counts times ``via``, DFLASH
-    over AR measured elsewhere side by side), the sessions weighted by requests; None if none did."""
+def _side_by_side(key: str, base: str, in_session: dict[str, dict[str, tuple[float, int]]], *,
+                  through: tuple[str, float] | None = None) -> float | None:
+    """A cell's tok/s over a baseline cell's, from the runs that served both (the GPU machine drifts
+    between runs; within one, ``--interleave`` serves them in turns), the runs weighted by requests.
+    ``through`` (another cell, and its ratio over the baseline measured side by side elsewhere):
+    a run without the baseline counts through that cell instead. None if no run served both."""
     total = weight = 0.0
     for session, (tok_s, n) in in_session.get(key, {}).items():
-        for name, base in bases.items():
-            got = in_session.get(base, {}).get(session)
-            scale = via if name == "DFLASH" else 1.0
-            if got and got[0] > 0 and scale:
-                total, weight = total + n * tok_s / got[0] * scale, weight + n
-                break
+        got, scale = in_session.get(base, {}).get(session), 1.0
+        if not got and through is not None:
+            got, scale = in_session.get(through[0], {}).get(session), through[1]
+        if got and got[0] > 0:
+            total, weight = total + n * tok_s / got[0] * scale, weight + n
     return total / weight if weight else None
 
 
