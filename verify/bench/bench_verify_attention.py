@@ -26,7 +26,8 @@ from verify.attention_cases import make_case, run, sglang_extend
 
 QWEN3 = {"q_heads": 32, "kv_heads": 8, "head_dim": 128, "dtype": torch.bfloat16, "device": "cuda"}
 VERIFIES = {"16-chain": (16, False), "16-tree": (16, True), "17-tree": (17, True), "32-tree": (32, True),
-            "64-tree": (64, True), "128-tree": (128, True), "256-tree": (256, True), "512-tree": (512, True)}
+            "64-tree": (64, True), "128-tree": (128, True), "256-tree": (256, True), "512-tree": (512, True),
+            "513-tree": (513, True)}  # B 512's verify: the root and 512 nodes
 
 
 def measure(bs: int, prefix: int, verify: str) -> dict:
