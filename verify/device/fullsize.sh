@@ -22,35 +22,36 @@
 #                                   # phase again (it resumes) until it exits 0. CONCURRENCY (1,4,16); NUM_PROMPTS (16;
 #                                   # 164 = all of humaneval, whose tau is the set's: verify/bench/hook_law.py)
 #                                   # requests of 256 tokens per cell (TEMPS: 0,1). The DDTREE servers record their
-#                                   # accepted paths into $OUT/recording-NAME.jsonl (for `tune`)
+#                                   # accepted paths into $DIR/recording-NAME.jsonl (for `tune`)
 #   bash verify/device/fullsize.sh confirm NAME BUDGETS   # DDTREE at BUDGETS side by side (repro bench
 #                                   # --interleave, every server at once, KV caches capped at CONFIRM_TOKENS,
 #                                   # 24576), T 0, c 1/4/16: tune's recommended budgets against the measured
-#                                   # best (~5 min for four qwen3-8b budgets) -> $OUT/confirm-NAME.jsonl
+#                                   # best (~5 min for four qwen3-8b budgets) -> $DIR/confirm-NAME.jsonl
 #   bash verify/device/fullsize.sh side NAME ALGOS BUDGETS # the same for ALGOS (e.g. AR,DFLASH,DDTREE) at
-#                                   # TEMPS (0) -> $OUT/side-NAME.jsonl; rerun to resume past TIME_LIMIT (exit 3);
+#                                   # TEMPS (0) -> $DIR/side-NAME.jsonl; rerun to resume past TIME_LIMIT (exit 3);
 #                                   # one H200 holds four qwen3-8b servers at once (a fifth found no memory
 #                                   # for its KV cache on 12-04)
 #   bash verify/device/fullsize.sh tune NAME              # repro tune --results (no GPU): tau(B) from the
 #                                   # recording, costs from the bench; fits B 16,128,512 (FIT), checks
 #                                   # 32,64,256 (HOLDOUT)
-#   bash verify/device/fullsize.sh report                 # repro report (bench + verify cost + tune) -> $OUT/fullsize-report
+#   bash verify/device/fullsize.sh report                 # repro report (bench + verify cost + tune) -> $DIR/fullsize-report
 #
 # Every phase fits one 10-minute device command (inner timeouts at 570 s). Each phase runs setup's
 # steps it needs again (they are idempotent and take seconds on a warm machine), so any phase can
-# be the first of a fresh machine. Results, logs and JSON go to $OUT (default build/device): an
-# ignored folder, so a warm lent machine keeps a bench's results between commands (carry it back
-# to resume on a fresh one).
+# be the first of a fresh machine. Results, logs and JSON go to $DIR (FULLSIZE_DIR, default
+# build/device): an ignored folder, so a warm lent machine keeps a bench's results between commands
+# (carry it back to resume on a fresh one). Not $OUT: the lent machine sets OUT to its return folder,
+# whose machine path the results' recorded argv would then carry; copy results there when done.
 set -uo pipefail
-OUT=${OUT:-build/device}
+DIR=${FULLSIZE_DIR:-build/device}
 WH=${WHEELHOUSE:-.carry/wheelhouse-sm90}
 SITE=${SITE:-/tmp/site}
 MODELS=${MODELS:-/tmp/models}
-mkdir -p "$OUT"
+mkdir -p "$DIR"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 if [ -d /usr/local/cuda/bin ]; then export PATH=$PATH:/usr/local/cuda/bin CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}; fi
 ZIPS=$(ls .carry/*.zip 2>/dev/null | tr '\n' ':')
-export PYTHONPATH=$SITE:$PWD${ZIPS:+:${ZIPS%:}} REPRO_MODELS_DIR=$MODELS REPRO_E2E_MODELS=$MODELS REPRO_E2E_OUT=$OUT
+export PYTHONPATH=$SITE:$PWD${ZIPS:+:${ZIPS%:}} REPRO_MODELS_DIR=$MODELS REPRO_E2E_MODELS=$MODELS REPRO_E2E_OUT=$DIR
 T0=$SECONDS
 log() { echo "[fullsize +$((SECONDS - T0))s] $*"; }
 phase=${1:-}
@@ -69,45 +70,45 @@ if [ "$phase" = side ] && [ -z "${4:-}" ]; then
   echo "fullsize.sh: side needs algorithms and budgets, e.g. side $name AR,DFLASH,DDTREE 256,512" >&2; exit 2
 fi
 # setup: SGLang from the wheelhouse into $SITE, the DDTree series + planting patch, the models.
-timeout 240 python3 -m repro.cli install-offline "$WH" --site "$SITE" >"$OUT/install.log" 2>&1 \
-  || { tail -20 "$OUT/install.log"; exit 1; }
-timeout 60 python3 -m repro.cli patch apply --site "$SITE" >"$OUT/patch.log" 2>&1 || { cat "$OUT/patch.log"; exit 1; }
-[ -f "$MODELS/k26-tp8/planted.json" ] || timeout 120 python3 -m repro.cli testmodels "$MODELS" >"$OUT/models.log" 2>&1 \
-  || { tail -20 "$OUT/models.log"; exit 1; }
-log "stack and models ready ($(tail -1 "$OUT/patch.log"))"
+timeout 240 python3 -m repro.cli install-offline "$WH" --site "$SITE" >"$DIR/install.log" 2>&1 \
+  || { tail -20 "$DIR/install.log"; exit 1; }
+timeout 60 python3 -m repro.cli patch apply --site "$SITE" >"$DIR/patch.log" 2>&1 || { cat "$DIR/patch.log"; exit 1; }
+[ -f "$MODELS/k26-tp8/planted.json" ] || timeout 120 python3 -m repro.cli testmodels "$MODELS" >"$DIR/models.log" 2>&1 \
+  || { tail -20 "$DIR/models.log"; exit 1; }
+log "stack and models ready ($(tail -1 "$DIR/patch.log"))"
 
 rc=0
 case $phase in
 setup)
-  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem --format=csv >"$OUT/gpu.txt" 2>&1
-  timeout 120 python3 -m repro.cli testmodels --spread k26-tp8 | tee "$OUT/router_spread.txt"
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem --format=csv >"$DIR/gpu.txt" 2>&1
+  timeout 120 python3 -m repro.cli testmodels --spread k26-tp8 | tee "$DIR/router_spread.txt"
   rc=${PIPESTATUS[0]}
   ;;
 greedy)
   select="$name${3:+-$3}"  # a test id: [NAME-ALGORITHM]
   timeout 570 python3 -m pytest verify/sglang/test_fullsize_greedy.py -k "$select" -q -rfEs -s -p no:cacheprovider \
-    --junitxml="$OUT/junit-greedy-$name${3:+-$3}.xml" 2>&1 | tail -25 | tee "$OUT/greedy-$name${3:+-$3}.log"
+    --junitxml="$DIR/junit-greedy-$name${3:+-$3}.xml" 2>&1 | tail -25 | tee "$DIR/greedy-$name${3:+-$3}.log"
   rc=${PIPESTATUS[0]}
   ;;
 cost)
   frac=$(python3 -c "from repro.testmodels.fullsize import load_model; print(load_model('$name').budget.mem_fraction_static)")
   timeout 570 python3 -m verify.bench.verify_cost "$MODELS/$name" --bs 1 4 --mem-fraction-static "$frac" \
-    --out "$OUT/verify_cost_$name.json" 2>&1 | tail -40 | tee "$OUT/cost-$name.log"
+    --out "$DIR/verify_cost_$name.json" 2>&1 | tail -40 | tee "$DIR/cost-$name.log"
   rc=${PIPESTATUS[0]}
   ;;
 busy)
   algos=${3:-AR} cs=${4:-1}
   timeout 570 python3 -m verify.bench.decode_busy "full-h200-$name" --algorithm ${algos//,/ } --concurrency ${cs//,/ } \
-    ${STACK:+--with-stack} --max-new-tokens "${BUSY_TOKENS:-2048}" --models-dir "$MODELS" --out "$OUT" \
-    $([ "$algos" = "${algos/,/}" ] || echo --max-total-tokens "${BUSY_KV:-65536}") 2>&1 | tail -20 | tee "$OUT/busy-$name.log"
+    ${STACK:+--with-stack} --max-new-tokens "${BUSY_TOKENS:-2048}" --models-dir "$MODELS" --out "$DIR" \
+    $([ "$algos" = "${algos/,/}" ] || echo --max-total-tokens "${BUSY_KV:-65536}") 2>&1 | tail -20 | tee "$DIR/busy-$name.log"
   rc=${PIPESTATUS[0]}
   ;;
 bench)
-  REPRO_DDTREE_RECORD="$OUT/recording-$name.jsonl" REPRO_DDTREE_RECORD_PROMPTS=humaneval \
+  REPRO_DDTREE_RECORD="$DIR/recording-$name.jsonl" REPRO_DDTREE_RECORD_PROMPTS=humaneval \
   timeout 570 python3 -m repro.cli bench "full-h200-$name" --models-dir "$MODELS" --algorithms "${3:-AR,DFLASH,DDTREE}" \
     --budgets "${4:-16,32,64,128,256,512}" --concurrency "${CONCURRENCY:-1,4,16}" --temperatures "${TEMPS:-0,1}" --num-prompts "${NUM_PROMPTS:-16}" \
-    --max-new-tokens 256 --warmup 1 --time-limit "${TIME_LIMIT:-420}" --log-dir "$OUT/logs" --resume \
-    -o "$OUT/fullsize-$name.jsonl" 2>&1 | tail -30 | tee -a "$OUT/bench-$name.log"
+    --max-new-tokens 256 --warmup 1 --time-limit "${TIME_LIMIT:-420}" --log-dir "$DIR/logs" --resume \
+    -o "$DIR/fullsize-$name.jsonl" 2>&1 | tail -30 | tee -a "$DIR/bench-$name.log"
   rc=${PIPESTATUS[0]}
   ;;
 confirm | side)
@@ -115,24 +116,24 @@ confirm | side)
   # at each server's start, which servers starting together share
   if [ "$phase" = confirm ]; then algos=DDTREE budgets=$3 temps=0; else algos=$3 budgets=$4 temps=${TEMPS:-0}; fi
   sed "/^\[profiles.full-h200-$name\]/,/^sglang = /s/^sglang = { /sglang = { max-total-tokens = ${CONFIRM_TOKENS:-24576}, /" \
-    repro/data/profiles.toml >"$OUT/profiles-$phase.toml"
-  timeout 570 python3 -m repro.cli bench "full-h200-$name" --profile-file "$OUT/profiles-$phase.toml" --models-dir "$MODELS" \
+    repro/data/profiles.toml >"$DIR/profiles-$phase.toml"
+  timeout 570 python3 -m repro.cli bench "full-h200-$name" --profile-file "$DIR/profiles-$phase.toml" --models-dir "$MODELS" \
     --algorithms "$algos" --budgets "$budgets" --interleave --concurrency "${CONCURRENCY:-1,4,16}" --temperatures "$temps" \
     --num-prompts "${NUM_PROMPTS:-16}" --max-new-tokens 256 --warmup 1 --start-timeout 360 --time-limit "${TIME_LIMIT:-520}" \
-    --log-dir "$OUT/logs" --resume -o "$OUT/$phase-$name.jsonl" 2>&1 | tail -20 | tee -a "$OUT/$phase-$name.log"
+    --log-dir "$DIR/logs" --resume -o "$DIR/$phase-$name.jsonl" 2>&1 | tail -20 | tee -a "$DIR/$phase-$name.log"
   rc=${PIPESTATUS[0]}
   ;;
 tune)
-  timeout 300 python3 -m repro.cli tune "full-h200-$name" --results "$OUT/fullsize-$name.jsonl" \
-    --recording "$OUT/recording-$name.jsonl" --budgets "${FIT:-16,128,512}" --holdout "${HOLDOUT:-32,64,256}" \
-    --models-dir "$MODELS" -o "$OUT/tune-$name" 2>&1 | tail -30 | tee "$OUT/tune-$name.log"
+  timeout 300 python3 -m repro.cli tune "full-h200-$name" --results "$DIR/fullsize-$name.jsonl" \
+    --recording "$DIR/recording-$name.jsonl" --budgets "${FIT:-16,128,512}" --holdout "${HOLDOUT:-32,64,256}" \
+    --models-dir "$MODELS" -o "$DIR/tune-$name" 2>&1 | tail -30 | tee "$DIR/tune-$name.log"
   rc=${PIPESTATUS[0]}
   ;;
 report)
-  costs=$(ls "$OUT"/verify_cost_*.json 2>/dev/null)
-  tunes=$(ls "$OUT"/tune-*/tune.jsonl 2>/dev/null)
-  timeout 300 python3 -m repro.cli report "$OUT"/fullsize-*.jsonl $tunes ${costs:+--verify-cost $costs} \
-    -o "$OUT/fullsize-report" 2>&1 | tail -5 | tee "$OUT/report.log"
+  costs=$(ls "$DIR"/verify_cost_*.json 2>/dev/null)
+  tunes=$(ls "$DIR"/tune-*/tune.jsonl 2>/dev/null)
+  timeout 300 python3 -m repro.cli report "$DIR"/fullsize-*.jsonl $tunes ${costs:+--verify-cost $costs} \
+    -o "$DIR/fullsize-report" 2>&1 | tail -5 | tee "$DIR/report.log"
   rc=${PIPESTATUS[0]}
   ;;
 esac
