@@ -83,6 +83,7 @@ class Profile:
     moe_a2a_backend: str = "none"
     budget: int | None = None
     cuda_graph_bs: tuple[int, ...] = ()
+    cuda_graph_max_tokens: int | None = None
     tokenizer: str = "model"
     load_format: str = "auto"
     port: int = 30000
@@ -95,6 +96,14 @@ class Profile:
     def label(self) -> str:
         """Algorithm with its budget, e.g. ``DDTREE B=32``."""
         return f"{self.algorithm} B={self.budget}" if self.algorithm == "DDTREE" else self.algorithm
+
+    @property
+    def graph_bs(self) -> tuple[int, ...]:
+        """The decode CUDA-graph batch sizes captured: ``cuda-graph-bs`` up to where a DDTREE
+        verify's bs x (B + 1) tokens pass ``cuda-graph-max-tokens``; larger batches run eager."""
+        if self.cuda_graph_max_tokens is None or self.algorithm != "DDTREE" or self.budget is None:
+            return self.cuda_graph_bs
+        return tuple(b for b in self.cuda_graph_bs if b * (self.budget + 1) <= self.cuda_graph_max_tokens)
 
     def with_algorithm(self, algorithm: str, budget: int | None = None) -> Profile:
         """The same deployment running another algorithm (budget only for DDTREE)."""
@@ -209,7 +218,7 @@ class _Table:
 PROFILE_KEYS = {
     "description", "target", "machine", "interconnect", "model", "drafter", "tp", "ep",
     "moe-a2a-backend", "algorithm", "budget", "attention-backend", "draft-attention-backend",
-    "cuda-graph-bs", "tokenizer", "load-format", "port", "start-timeout", "thresholds", "sglang",
+    "cuda-graph-bs", "cuda-graph-max-tokens", "tokenizer", "load-format", "port", "start-timeout", "thresholds", "sglang",
     "launch-module", "env",
 }
 
@@ -290,6 +299,7 @@ def _profile(name: str, data: dict[str, Any], where: str, targets: dict[str, Tar
     if any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in graph_bs) or \
             graph_bs != sorted(set(graph_bs)):
         t.fail("cuda-graph-bs", f"must be ascending distinct integers >= 1 (got {graph_bs!r})")
+    graph_tokens = t.positive_int("cuda-graph-max-tokens")
     thresholds = t.get("thresholds", str, required=True)
     if threshold_sets is not None and thresholds not in threshold_sets:
         t.fail("thresholds", f"must name a [sets.*] table of thresholds.toml "
@@ -318,6 +328,7 @@ def _profile(name: str, data: dict[str, Any], where: str, targets: dict[str, Tar
         interconnect=t.choice("interconnect", INTERCONNECTS, default="nvlink"),
         drafter=drafter, ep=ep, moe_a2a_backend=a2a,
         budget=budget if algorithm == "DDTREE" else None, cuda_graph_bs=tuple(graph_bs),
+        cuda_graph_max_tokens=graph_tokens,
         tokenizer=t.choice("tokenizer", TOKENIZERS, default="model"),
         load_format=t.get("load-format", str, "auto"), port=port,
         start_timeout=float(start_timeout), launch_module=launch_module,

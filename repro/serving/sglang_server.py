@@ -55,9 +55,9 @@ def server_argv(profile: Profile, port: int, models_root: Path,
                  "--speculative-draft-attention-backend", profile.draft_attention_backend]
     if profile.algorithm == "DDTREE":
         argv += ["--speculative-ddtree-budget", str(profile.budget)]
-    if profile.cuda_graph_bs:
+    if profile.graph_bs:
         argv += ["--cuda-graph-backend-decode", "full",
-                 "--cuda-graph-bs-decode", *(str(b) for b in profile.cuda_graph_bs)]
+                 "--cuda-graph-bs-decode", *(str(b) for b in profile.graph_bs)]
     else:
         argv += ["--cuda-graph-backend-decode", "disabled"]
     if profile.tokenizer == "none":

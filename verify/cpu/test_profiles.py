@@ -70,6 +70,7 @@ class TestProfileErrors:
         ({"target": "sm75"}, r"key 'target' must be one of sm90, sm100, sm120 \(got 'sm75'\)"),
         ({"thresholds": "nope"}, r"key 'thresholds' must name a \[sets\.\*\] table"),
         ({"cuda-graph-bs": [4, 2]}, r"key 'cuda-graph-bs' must be ascending distinct"),
+        ({"cuda-graph-max-tokens": 0}, r"key 'cuda-graph-max-tokens' must be an integer >= 1"),
         ({"tokenizer": "hf"}, r"key 'tokenizer' must be one of model, none"),
         ({"port": 70000}, r"key 'port' must be in 1\.\.65535"),
         ({"sglang": {"tp-size": 2}},

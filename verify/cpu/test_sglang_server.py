@@ -65,6 +65,20 @@ class TestServerArgv:
         assert "--speculative-ddtree-budget" not in argv
         assert _flag_values(argv, "--speculative-algorithm") == ["DFLASH"]
 
+    def test_graph_max_tokens_drops_the_batch_sizes_a_budgets_verify_outgrows(self, tmp_path: Path) -> None:
+        """cuda-graph-max-tokens keeps DDTREE's graphs to bs x (B + 1) <= it (k26-tp8's B 512 at
+        bs 16 did not fit); larger batches run eager, and AR / DFLASH keep every size."""
+        p = _profile(tmp_path, **{"cuda-graph-bs": [1, 2, 4, 8, 16], "cuda-graph-max-tokens": 4112})
+        graphs = {b: _flag_values(server_argv(p.with_algorithm("DDTREE", b), 1, Path("/m")), "--cuda-graph-bs-decode")
+                  for b in (256, 257, 512, 4111)}
+        assert graphs == {256: ["1", "2", "4", "8", "16"], 257: ["1", "2", "4", "8"],
+                          512: ["1", "2", "4", "8"], 4111: ["1"]}
+        assert _flag_values(server_argv(p.with_algorithm("DDTREE", 4112), 1, Path("/m")),
+                            "--cuda-graph-backend-decode") == ["disabled"]
+        for algorithm in ("AR", "DFLASH"):
+            argv = server_argv(p.with_algorithm(algorithm), 1, Path("/m"))
+            assert _flag_values(argv, "--cuda-graph-bs-decode") == ["1", "2", "4", "8", "16"]
+
     def test_ep_graphs_tokenizer_load_format_and_passthrough(self, tmp_path: Path) -> None:
         """ep, disabled graphs, dummy weights and the sglang table map to their flags."""
         p = _profile(tmp_path, tp=4, ep=4, tokenizer="model", **{
