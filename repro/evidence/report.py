@@ -151,10 +151,16 @@ def _fingerprint_md(entry: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _listing(paths: list[str]) -> str:
+    """``: `a`, `b`.`` for the results files a report was written from (nothing for none)."""
+    return ": " + ", ".join(f"`{p}`" for p in paths) if paths else ""
+
+
 def _markdown(data: dict[str, Any], summaries: list[Any]) -> str:
     out = ["# k26-ddtree-repro handoff report", "",
            (f"Written {data['written']} from {len(data['results'])} results file(s), "
-            f"{data['requests']} recorded requests."), "", "## Verify tiers", ""]
+            f"{data['requests']} recorded requests" + _listing(data["results"]) + "."), "",
+           "## Verify tiers", ""]
     if data["tiers"]:
         rows = [[tier, t["status"], str(t["passed"]), str(t["failed"]), str(t["skipped"]),
                  "; ".join(f"{r} ({n})" for r, n in t["reasons"].items()) or "-"]

@@ -44,10 +44,12 @@ class TestReport:
     def test_writes_markdown_json_and_three_pngs(self, tmp_path: Path, capsys) -> None:
         """A TP/EP sweep gives every section, the verdicts and three real PNG plots."""
         out = tmp_path / "rep"
-        rc = cli.main(["report", str(results_file(tmp_path / "r.jsonl")), "-o", str(out),
+        results = results_file(tmp_path / "r.jsonl")
+        rc = cli.main(["report", str(results), "-o", str(out),
                        "--tiers", str(JUNIT / "tests.xml"), str(JUNIT / "bench.xml")])
         assert rc == 0 and "report:" in capsys.readouterr().out
         md = (out / "report.md").read_text()
+        assert f"from 1 results file(s), 80 recorded requests: `{results}`." in md  # what it was written from
         for heading in ("## Verify tiers", "## Stack fingerprint", "## Verdicts", "## Benchmarks",
                         "## TP vs TP+EP", "## Plots"):
             assert heading in md

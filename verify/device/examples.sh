@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The example bench runs behind docs/examples/, on a lent two-H200 host, from the repository root,
+# The example bench runs behind docs/examples/test-models-h200/, on a lent two-H200 host, from the repository root,
 # with the wheelhouse of docs/SGLANG.md (.carry/wheelhouse-sm90) and .carry/human-eval.zip:
 #
 #   bash verify/device/examples.sh single   # GPU 0: test-h200-tp1, AR/DFLASH/DDTREE 8,32,128 x c 1,4,16;
