@@ -26,6 +26,7 @@ from repro.serving.sglang_client import Client
 
 HOST = "127.0.0.1"
 TAIL_LINES = 25
+GRAPH_OOM = ("Capture cuda graph failed", "out of memory")  # SGLang 0.5.17's words for it
 
 
 def _flag(key: str, value: Any) -> list[str]:
@@ -138,6 +139,17 @@ def log_tail(path: Path, lines: int = TAIL_LINES) -> str:
     return "\n".join(f"  | {ln}" for ln in tail) or "  (the log is empty)"
 
 
+def failure_hint(tail: str) -> str:
+    """The profile keys that fix a failure the log's tail shows, else "".
+
+    SGLang's own advice names flags that repro sets from the profile.
+    """
+    if all(text in tail for text in GRAPH_OOM):
+        return (": its decode CUDA graphs did not fit in GPU memory (lower the profile's largest "
+                "cuda-graph-bs, or set cuda-graph-max-tokens to cap a DDTREE verify graph's bs x (B + 1) tokens)")
+    return ""
+
+
 @contextlib.contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
     """Treat SIGTERM like Ctrl-C inside the block, so servers are stopped on both."""
@@ -194,9 +206,11 @@ class SGLangServer:
                                          preexec_fn=_die_with_parent)  # noqa: PLW1509 - only calls prctl
 
     def failure(self, what: str) -> ReproError:
-        """An error saying ``what`` happened, with the server log's last lines."""
-        return ReproError(f"SGLang server for {self.profile.name} ({self.profile.label}) {what}; "
-                          f"last lines of {self.log_path}:\n{log_tail(self.log_path)}")
+        """An error saying ``what`` happened (and the profile's fix, when the log shows a known
+        failure), with the server log's last lines."""
+        tail = log_tail(self.log_path)
+        return ReproError(f"SGLang server for {self.profile.name} ({self.profile.label}) {what}"
+                          f"{failure_hint(tail)}; last lines of {self.log_path}:\n{tail}")
 
     def check_alive(self) -> None:
         """Raise (with the log tail) if the server process has exited."""

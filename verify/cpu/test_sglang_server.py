@@ -168,6 +168,19 @@ class TestLifecycle:
                 pytest.raises(ReproError, match=r"(?s)exited with code 3.*fake failure"):
             server.wait_healthy(timeout=20)
 
+    def test_graph_capture_out_of_memory_names_the_profile_keys(self, tmp_path: Path) -> None:
+        """A log ending in SGLang's graph-capture OOM gets the profile's fix; another failure none."""
+        server = self._server(tmp_path, tmp_path)
+        server.log_path.parent.mkdir(parents=True)
+        server.log_path.write_text("Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate\n")
+        msg = str(server.failure("exited with code -9"))
+        assert msg.startswith("SGLang server for fake (DDTREE B=8) exited with code -9: its decode CUDA graphs did "
+                              "not fit in GPU memory (lower the profile's largest cuda-graph-bs, or set "
+                              "cuda-graph-max-tokens to cap a DDTREE verify graph's bs x (B + 1) tokens); last lines")
+        server.log_path.write_text("RuntimeError: fake failure while loading the model\n")
+        assert str(server.failure("exited with code 3")).startswith(
+            "SGLang server for fake (DDTREE B=8) exited with code 3; last lines")
+
     def test_start_timeout_quotes_the_log(self, tmp_path: Path, models: Path) -> None:
         """A server not healthy within the timeout raises, naming the timeout."""
         with self._server(tmp_path, models, sglang={"fake-startup-s": 30}) as server, \
