@@ -218,8 +218,8 @@ class _Table:
 PROFILE_KEYS = {
     "description", "target", "machine", "interconnect", "model", "drafter", "tp", "ep",
     "moe-a2a-backend", "algorithm", "budget", "attention-backend", "draft-attention-backend",
-    "cuda-graph-bs", "cuda-graph-max-tokens", "tokenizer", "load-format", "port", "start-timeout", "thresholds", "sglang",
-    "launch-module", "env",
+    "cuda-graph-bs", "cuda-graph-max-tokens", "tokenizer", "load-format", "port", "start-timeout",
+    "thresholds", "sglang", "launch-module", "env",
 }
 
 
