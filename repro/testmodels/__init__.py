@@ -16,7 +16,7 @@ here make the rest:
 ``OUT`` receives every model: the small ones with weights, the full-size ones as ``NAME/``
 (config.json, planted.json, hook.json) and ``NAME-dflash/`` (config.json). ``--spread NAME``
 prints, instead, how many distinct experts N distinct tokens activate per MoE layer of a
-full-size target. torch is imported only when a command runs.
+full-size target, and how many a DDTREE tree's tokens do. torch is imported only when a command runs.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ from repro.errors import UsageError
 from repro.testmodels.configs import FULLSIZE, read_model
 
 SPREAD_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 513)
+SPREAD_BUDGETS = (16, 32, 64, 128, 256, 512)
+SPREAD_PROMPTS, SPREAD_NUM_PROMPTS = "humaneval", 16  # repro bench's, as fullsize.sh runs it
 OUT_EXPECTED = "a directory to write the test models into"
 
 
@@ -65,12 +67,20 @@ def _check_out(out: Path) -> None:
 
 
 def _print_spread(name: str) -> None:
+    from repro.evidence.prompts import load_prompts, request_input
     from repro.testmodels import fullsize
 
-    spread = fullsize.expert_spread(fullsize.load_model(name), list(SPREAD_COUNTS))
+    model = fullsize.load_model(name)
+    spread = fullsize.expert_spread(model, list(SPREAD_COUNTS))
     print(f"{name}: distinct experts per MoE layer for N distinct tokens (min / mean / max over layers)")
     for n, per_layer in spread.items():
         print(f"  N={n:4d}  {min(per_layer):4d} / {sum(per_layer) / len(per_layer):6.1f} / {max(per_layer):4d}")
+    prompts = [request_input(p, tokenizer="none", vocab_size=model.target["vocab_size"], max_tokens=1024)["input_ids"]
+               for p in load_prompts(SPREAD_PROMPTS).prompts[:SPREAD_NUM_PROMPTS]]
+    print(f"{name}: a DDTREE tree's B + 1 tokens as the test hook drafts them (first round of {len(prompts)} "
+          f"{SPREAD_PROMPTS} prompts): distinct tokens and mean distinct experts per MoE layer")
+    for budget, (tokens, experts) in fullsize.tree_spread(model, list(SPREAD_BUDGETS), prompts).items():
+        print(f"  B={budget:4d}  tokens {tokens:6.1f}  experts {experts:6.1f}")
 
 
 def main(args: argparse.Namespace) -> int:

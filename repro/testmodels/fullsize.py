@@ -20,7 +20,7 @@ import torch
 
 from repro.testmodels.configs import FULLSIZE, read_model, write_config
 from repro.testmodels.plant import router_weight
-from repro.testmodels.planted import planted_info, planted_ranked, write_hook
+from repro.testmodels.planted import planted_info, planted_ranked, successor_table, write_hook
 
 GIB = 1 << 30
 BF16 = 2
@@ -167,6 +167,35 @@ def expert_spread(model: FullSizeModel, counts: list[int]) -> dict[int, list[int
         for n in counts:
             spread[n].append(int(torch.unique(top[:, :n]).numel()))
     return spread
+
+
+def tree_spread(model: FullSizeModel, budgets: list[int], prompts: list[list[int]]) -> dict[int, tuple[float, float]]:
+    """For each DDTREE budget B: (distinct tokens, distinct experts per MoE layer) of the tree the
+    target's test hook drafts in each prompt's first round, means over prompts and layers.
+
+    A tree's nodes at one depth share that position's best tokens, so its B + 1 tokens repeat; the
+    planted router routes by token, so a repeat reads no further expert (compare ``expert_spread``
+    at N = B + 1, which ``verify/bench/verify_cost.py``'s distinct tokens read).
+    """
+    from repro.ddtree import build_trees
+    from repro.sglang_glue.hook_profiles import named_profile
+    from repro.sglang_glue.test_hook import DrafterTestHook
+
+    cfg = model.target
+    experts, k, hid = cfg["n_routed_experts"], cfg["num_experts_per_tok"], cfg["hidden_size"]
+    hook = DrafterTestHook.build(successor_table(planted_ranked(hid, model.seed), cfg["vocab_size"]),
+                                 named_profile(model.hook_profile), horizon=model.drafter["block_size"] - 1,
+                                 seed=model.seed)
+    roots = hook.successor[torch.tensor([ids[-1] for ids in prompts])]  # the prefill's token
+    logits = hook.logits(roots, torch.tensor([len(ids) for ids in prompts]))
+    tops = [router_weight(model.router_seed, layer, experts, hid).topk(k, dim=0).indices for layer in moe_layers(cfg)]
+    out = {}
+    for budget in budgets:
+        tree = build_trees(logits, budget, roots)
+        classes = [torch.unique(row[row >= 0] % hid) for row in tree.tokens]
+        reads = [int(torch.unique(top[:, c]).numel()) for c in classes for top in tops]
+        out[budget] = (sum(c.numel() for c in classes) / len(classes), sum(reads) / len(reads))
+    return out
 
 
 def write_model(out: Path, model: FullSizeModel) -> dict:

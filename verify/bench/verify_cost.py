@@ -7,7 +7,8 @@ On the GPU machine, with the patched SGLang importable: the target directory (wr
 ``repro testmodels``) is loaded through SGLang's own model runner with dummy weights
 and planted (``SGLANG_REPRO_PLANT``, patch 0005), exactly as a server loads it. For each batch
 size and each N it runs a forward of ``bs`` fresh requests of N distinct random tokens (an
-EXTEND; the tokens' experts spread as a verify tree's distinct tokens do) and records the wall
+EXTEND; on an MoE target an upper bound for a tree of N tokens, whose tokens repeat and, routed
+by token, read fewer experts: ``repro testmodels --spread NAME``) and records the wall
 time (median of ``--reps``, eager launches) and the GPU busy time (the union of the kernels'
 intervals under torch.profiler), which is what a CUDA-graph replay of a verify costs. A DDTREE
 verify of budget B is N = B + 1; it differs in attending to the request's prefix too (a few

@@ -16,7 +16,7 @@ import torch
 
 from repro.serving.profiles import load_profiles
 from repro.sglang_glue.test_hook import DrafterTestHook
-from repro.testmodels import SPREAD_COUNTS, fullsize
+from repro.testmodels import SPREAD_BUDGETS, SPREAD_COUNTS, fullsize
 from repro.testmodels.planted import greedy_continuation, served_logits
 from verify.cli_inputs import run
 
@@ -135,14 +135,29 @@ class TestSpread:
             assert all(abs(c - expected) < 0.1 * expected for c in spread[n]), (n, spread[n])
         assert all(c >= experts - 2 for c in spread[513])
 
-    def test_spread_verb_prints_a_row_per_count(self, monkeypatch):
-        """``repro testmodels --spread k26-tp8`` prints min / mean / max per N."""
+    def test_a_trees_repeated_tokens_read_fewer_experts_than_distinct_ones(self):
+        """A tree's B + 1 tokens repeat (a depth's nodes share its best tokens): fewer distinct
+        tokens, and fewer experts read, than B + 1 distinct tokens; the root alone reads k."""
+        model = _short(KIMI, 4)
+        prompts = [[(37 * i + 11 * j) % 20000 for j in range(20 + i)] for i in range(8)]
+        trees = fullsize.tree_spread(model, [0, 16, 64], prompts)
+        assert trees[0] == (1.0, model.target["num_experts_per_tok"])
+        distinct = fullsize.expert_spread(model, [17, 65])
+        for budget in (16, 64):
+            tokens, experts = trees[budget]
+            assert 1 < tokens < budget + 1
+            assert experts < sum(distinct[budget + 1]) / len(distinct[budget + 1])
+        assert trees[0][1] < trees[16][1] < trees[64][1]
+
+    def test_spread_verb_prints_a_row_per_count_and_budget(self, monkeypatch):
+        """``repro testmodels --spread k26-tp8`` prints min / mean / max per N, then each budget's tree."""
         monkeypatch.setattr(fullsize, "load_model", lambda _name: _short(KIMI, 3))
         code, out, err = run(["testmodels", "--spread", "k26-tp8"])
         assert (code, err) == (0, "")
         lines = out.splitlines()
-        assert len(lines) == 1 + len(SPREAD_COUNTS)
+        assert len(lines) == 2 + len(SPREAD_COUNTS) + len(SPREAD_BUDGETS)
         assert lines[1].split() == ["N=", "1", "8", "/", "8.0", "/", "8"]
+        assert [line.split()[1] for line in lines[-len(SPREAD_BUDGETS):]] == [str(b) for b in SPREAD_BUDGETS]
 
 
 @pytest.fixture(scope="module")
