@@ -169,30 +169,38 @@ def expert_spread(model: FullSizeModel, counts: list[int]) -> dict[int, list[int
     return spread
 
 
-def tree_spread(model: FullSizeModel, budgets: list[int], prompts: list[list[int]]) -> dict[int, tuple[float, float]]:
-    """For each DDTREE budget B: (distinct tokens, distinct experts per MoE layer) of the tree the
-    target's test hook drafts in each prompt's first round, means over prompts and layers.
+def tree_tokens(model: FullSizeModel, budgets: list[int], prompts: list[list[int]]) -> dict[int, torch.Tensor]:
+    """For each DDTREE budget B: [len(prompts), B + 1] the token ids of the tree (root first) that
+    the target's test hook drafts in each prompt's first round.
 
-    A tree's nodes at one depth share that position's best tokens, so its B + 1 tokens repeat; the
-    planted router routes by token, so a repeat reads no further expert (compare ``expert_spread``
-    at N = B + 1, which ``verify/bench/verify_cost.py``'s distinct tokens read).
+    A tree's nodes at one depth share that position's best tokens, so its B + 1 tokens repeat.
     """
     from repro.ddtree import build_trees
     from repro.sglang_glue.hook_profiles import named_profile
     from repro.sglang_glue.test_hook import DrafterTestHook
 
     cfg = model.target
-    experts, k, hid = cfg["n_routed_experts"], cfg["num_experts_per_tok"], cfg["hidden_size"]
-    hook = DrafterTestHook.build(successor_table(planted_ranked(hid, model.seed), cfg["vocab_size"]),
+    hook = DrafterTestHook.build(successor_table(planted_ranked(cfg["hidden_size"], model.seed), cfg["vocab_size"]),
                                  named_profile(model.hook_profile), horizon=model.drafter["block_size"] - 1,
                                  seed=model.seed)
     roots = hook.successor[torch.tensor([ids[-1] for ids in prompts])]  # the prefill's token
     logits = hook.logits(roots, torch.tensor([len(ids) for ids in prompts]))
+    return {budget: build_trees(logits, budget, roots).tokens for budget in budgets}
+
+
+def tree_spread(model: FullSizeModel, budgets: list[int], prompts: list[list[int]]) -> dict[int, tuple[float, float]]:
+    """For each DDTREE budget B: (distinct tokens, distinct experts per MoE layer) of ``tree_tokens``,
+    means over prompts and layers.
+
+    The planted router routes by token, so a repeated token reads no further expert (compare
+    ``expert_spread`` at N = B + 1: what as many distinct tokens read).
+    """
+    cfg = model.target
+    experts, k, hid = cfg["n_routed_experts"], cfg["num_experts_per_tok"], cfg["hidden_size"]
     tops = [router_weight(model.router_seed, layer, experts, hid).topk(k, dim=0).indices for layer in moe_layers(cfg)]
     out = {}
-    for budget in budgets:
-        tree = build_trees(logits, budget, roots)
-        classes = [torch.unique(row[row >= 0] % hid) for row in tree.tokens]
+    for budget, tokens in tree_tokens(model, budgets, prompts).items():
+        classes = [torch.unique(row[row >= 0] % hid) for row in tokens]
         reads = [int(torch.unique(top[:, c]).numel()) for c in classes for top in tops]
         out[budget] = (sum(c.numel() for c in classes) / len(classes), sum(reads) / len(reads))
     return out

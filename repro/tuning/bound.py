@@ -28,6 +28,10 @@ if TYPE_CHECKING:
 
 COPY_TB_S = 4.20
 """The H200's measured HBM copy rate, TB/s (docs/PERFORMANCE.md, fused top-K)."""
+TOKENS = {  # verify_cost's inputs (its "tokens"), as the section names them
+    "random": "random tokens: on an MoE target an upper bound for a tree, whose tokens repeat",
+    "tree": "each request's tokens the tree the hook drafts",
+}
 
 
 def drafter_ms(model: FullSizeModel, copy_tb_s: float = COPY_TB_S) -> float:
@@ -79,7 +83,8 @@ def allowed(path: Path, copy_tb_s: float = COPY_TB_S) -> dict[str, Any]:
         msg = f"--verify-cost: {path} is not a verify_cost result of a full-size target ({type(e).__name__}: {e})"
         raise UsageError(msg) from None
     return {"model": model.name, "file": str(path), "device": result.get("device"), "drafter_ms": draft,
-            "hook_profile": model.hook_profile, "rows": rows, "cost_rows": result["rows"]}
+            "hook_profile": model.hook_profile, "rows": rows, "cost_rows": result["rows"],
+            "tokens": result.get("tokens", "random")}
 
 
 def add_measured(section: dict[str, Any], summaries: list[Any], models: dict[str, str]) -> None:
@@ -104,7 +109,8 @@ def markdown(section: dict[str, Any]) -> list[str]:
         return "-" if x is None else f"{x:.2f}x"
 
     out = [f"### {section['model']}", "",
-           (f"From `{section['file']}` ({section['device']}); τ of hook profile `{section['hook_profile']}`; "
+           (f"From `{section['file']}` ({section['device']}, {TOKENS[section['tokens']]}); "
+            f"τ of hook profile `{section['hook_profile']}`; "
             f"drafter {section['drafter_ms']:.2f} ms a round (its HBM floor)."), "",
            ("| bs | algorithm | N | τ | round ms | allowed x DFLASH | allowed x AR | measured x DFLASH (c = bs, T 0) "
             "| measured / allowed |"), "|---|---|---|---|---|---|---|---|---|"]

@@ -6,9 +6,11 @@
 On the GPU machine, with the patched SGLang importable: the target directory (written by
 ``repro testmodels``) is loaded through SGLang's own model runner with dummy weights
 and planted (``SGLANG_REPRO_PLANT``, patch 0005), exactly as a server loads it. For each batch
-size and each N it runs a forward of ``bs`` fresh requests of N distinct random tokens (an
-EXTEND; on an MoE target an upper bound for a tree of N tokens, whose tokens repeat and, routed
-by token, read fewer experts: ``repro testmodels --spread NAME``) and records the wall
+size and each N it runs a forward of ``bs`` fresh requests of N random tokens (an EXTEND), or
+with ``--tree-tokens`` of the N = B + 1 tokens of the tree the target's test hook drafts in a
+humaneval prompt's first round: on an MoE target random tokens are an upper bound for a tree's,
+whose tokens repeat and, routed by token, read fewer experts (``repro testmodels --spread NAME``).
+It records the wall
 time (median of ``--reps``, eager launches) and the GPU busy time (the union of the kernels'
 intervals under torch.profiler), which is what a CUDA-graph replay of a verify costs. A DDTREE
 verify of budget B is N = B + 1; it differs in attending to the request's prefix too (a few
@@ -29,6 +31,8 @@ import sys
 import time
 from collections.abc import Iterable
 from pathlib import Path
+
+from repro.testmodels.configs import FULLSIZE
 
 TOKENS = (1, 2, 4, 8, 9, 16, 17, 32, 33, 64, 65, 128, 129, 256, 257, 512, 513)
 
@@ -64,14 +68,26 @@ def _load_runner(model_dir: Path, mem_fraction: float):
     return runner, one_batch.prepare_synthetic_inputs_for_latency_test
 
 
-def _time_forward(runner, make_reqs, bs: int, n: int, reps: int) -> dict:
+def tree_inputs(model_dir: Path, bs: int, n: int) -> list[list[int]]:
+    """``bs`` requests' N = B + 1 token ids: the trees of budget B that the full-size target
+    ``model_dir.name``'s test hook drafts for the first ``bs`` humaneval prompts' first round."""
+    from repro.evidence.prompts import load_prompts, request_input
+    from repro.testmodels import fullsize
+
+    model = fullsize.load_model(model_dir.name)
+    prompts = [request_input(p, tokenizer="none", vocab_size=model.target["vocab_size"], max_tokens=1024)["input_ids"]
+               for p in load_prompts("humaneval").prompts[:bs]]
+    return fullsize.tree_tokens(model, [n - 1], prompts)[n - 1].tolist()
+
+
+def _time_forward(runner, make_reqs, bs: int, n: int, reps: int, inputs: list[list[int]] | None = None) -> dict:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
     walls = []
     for rep in range(reps + 1):  # the first run warms up (kernel compiles, allocator)
         runner.clear()
-        reqs = make_reqs(bs, n)
+        reqs = make_reqs(bs, n, inputs)
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         runner.extend(reqs)
@@ -79,7 +95,7 @@ def _time_forward(runner, make_reqs, bs: int, n: int, reps: int) -> dict:
         if rep:
             walls.append(time.perf_counter() - t0)
     runner.clear()
-    reqs = make_reqs(bs, n)
+    reqs = make_reqs(bs, n, inputs)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         runner.extend(reqs)
         torch.cuda.synchronize()
@@ -118,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("model_dir", type=Path, nargs="?", help="a planted target directory (config.json, planted.json)")
     p.add_argument("--bs", type=int, nargs="+", default=[1, 4])
     p.add_argument("--tokens", type=int, nargs="+", default=list(TOKENS), help="N values (tokens per request)")
+    p.add_argument("--tree-tokens", action="store_true",
+                   help="the hook's tree tokens for a humaneval prompt's first round instead of random ones")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--mem-fraction-static", type=float, default=0.85)
     p.add_argument("--out", type=Path, default=Path("results/verify_cost.json"))
@@ -129,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"MODEL_DIR must be a planted target directory holding planted.json (got {args.model_dir})")
     if min(args.bs + args.tokens) < 1 or args.reps < 1:
         p.error(f"--bs, --tokens and --reps take integers >= 1 (got {args.bs}, {args.tokens}, {args.reps})")
+    if args.tree_tokens and args.model_dir.name not in FULLSIZE:
+        p.error(f"--tree-tokens needs a full-size target's directory, named {' or '.join(FULLSIZE)} (got {args.model_dir.name})")
     import torch
 
     if not torch.cuda.is_available():
@@ -138,11 +158,13 @@ def main(argv: list[str] | None = None) -> int:
     result = {"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "model": args.model_dir.name,
               "device": torch.cuda.get_device_name(), "torch": torch.__version__,
               "command": "python -m verify.bench.verify_cost " + " ".join(sys.argv[1:] if argv is None else argv),
-              "config": json.loads((args.model_dir / "config.json").read_text()), "rows": []}
+              "config": json.loads((args.model_dir / "config.json").read_text()),
+              "tokens": "tree" if args.tree_tokens else "random", "rows": []}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     for bs in args.bs:
         for n in args.tokens:
-            result["rows"].append(_time_forward(runner, make_reqs, bs, n, args.reps))
+            inputs = tree_inputs(args.model_dir, bs, n) if args.tree_tokens else None
+            result["rows"].append(_time_forward(runner, make_reqs, bs, n, args.reps, inputs))
             print(json.dumps(result["rows"][-1]), flush=True)
             args.out.write_text(json.dumps(result, indent=1) + "\n")
     # Drawn by a fresh interpreter: SGLang, loaded here, leaves a module named IPython without

@@ -68,3 +68,36 @@ class TestArguments:
         fullsize.write_model(tmp_path, fullsize.load_model("qwen3-8b"))
         assert verify_cost.main([str(tmp_path / "qwen3-8b")]) == 2
         assert capsys.readouterr().err.strip() == "verify_cost: needs a CUDA GPU (got none)"
+
+    def test_tree_tokens_need_a_full_size_target(self, tmp_path, capsys):
+        """--tree-tokens on a directory not named for a full-size target exits 2 naming them."""
+        fullsize.write_model(tmp_path, fullsize.load_model("qwen3-8b"))
+        (tmp_path / "qwen3-8b").rename(tmp_path / "mine")
+        with pytest.raises(SystemExit) as exc:
+            verify_cost.main([str(tmp_path / "mine"), "--tree-tokens"])
+        assert exc.value.code == 2
+        assert "--tree-tokens needs a full-size target's directory, named qwen3-8b or k26-tp8 (got mine)" in \
+            capsys.readouterr().err
+
+
+class TestTreeInputs:
+    def test_a_requests_tokens_are_the_hooks_tree_root_first(self, tmp_path):
+        """bs requests of N = B + 1 ids: the tree the written hook.json drafts (the same hook the
+        server loads), root first; its tokens repeat, random ones would not."""
+        from repro.ddtree import build_trees
+        from repro.evidence.prompts import load_prompts, request_input
+        from repro.sglang_glue.test_hook import DrafterTestHook
+
+        model = fullsize.load_model("k26-tp8")
+        fullsize.write_model(tmp_path, model)
+        inputs = verify_cost.tree_inputs(tmp_path / "k26-tp8", 4, 65)
+        assert [len(ids) for ids in inputs] == [65] * 4
+        vocab = model.target["vocab_size"]
+        hook = DrafterTestHook.from_file(tmp_path / "k26-tp8" / "hook.json", horizon=7, vocab_size=vocab, device="cpu")
+        prompts = [request_input(p, tokenizer="none", vocab_size=vocab, max_tokens=1024)["input_ids"]
+                   for p in load_prompts("humaneval").prompts[:4]]
+        roots = hook.successor[torch.tensor([ids[-1] for ids in prompts])]
+        tree = build_trees(hook.logits(roots, torch.tensor([len(ids) for ids in prompts])), 64, roots)
+        assert inputs == tree.tokens.tolist()
+        assert [ids[0] for ids in inputs] == roots.tolist()
+        assert all(len(set(ids)) < 40 for ids in inputs)  # 22 distinct of 65 on average

@@ -7,7 +7,8 @@
 #   bash verify/device/fullsize.sh setup                  # offline install + patch + models (~1 min)
 #   bash verify/device/fullsize.sh greedy NAME [AR|DDTREE] # planted output == AR == DDTREE B=64, one
 #                                                          # server per algorithm (~3-8 min each)
-#   bash verify/device/fullsize.sh cost NAME              # forward ms vs N = 1..513 at bs 1, 4 (~3-6 min)
+#   bash verify/device/fullsize.sh cost NAME              # forward ms vs N = 1..513 at bs 1, 4, each request
+#                                                          # the hook's tree of N tokens (~3-6 min)
 #   bash verify/device/fullsize.sh busy NAME [ALGOS] [CS] # GPU busy fraction of 30 served decode steps
 #                                   # and each kernel's GPU time a step (torch profiler) for each of
 #                                   # ALGOS (AR; e.g. DFLASH,DDTREE-B63: servers start together, KV caches
@@ -92,7 +93,7 @@ greedy)
   ;;
 cost)
   frac=$(python3 -c "from repro.testmodels.fullsize import load_model; print(load_model('$name').budget.mem_fraction_static)")
-  timeout 570 python3 -m verify.bench.verify_cost "$MODELS/$name" --bs 1 4 --mem-fraction-static "$frac" \
+  timeout 570 python3 -m verify.bench.verify_cost "$MODELS/$name" --bs 1 4 --tree-tokens --mem-fraction-static "$frac" \
     --out "$DIR/verify_cost_$name.json" 2>&1 | tail -40 | tee "$DIR/cost-$name.log"
   rc=${PIPESTATUS[0]}
   ;;
