@@ -35,6 +35,7 @@ from pathlib import Path
 from repro.testmodels.configs import FULLSIZE
 
 TOKENS = (1, 2, 4, 8, 9, 16, 17, 32, 33, 64, 65, 128, 129, 256, 257, 512, 513)
+TREE_PROMPTS = 164  # humaneval's
 
 
 def busy_time(intervals: Iterable[tuple[float, float]]) -> float:
@@ -68,16 +69,17 @@ def _load_runner(model_dir: Path, mem_fraction: float):
     return runner, one_batch.prepare_synthetic_inputs_for_latency_test
 
 
-def tree_inputs(model_dir: Path, bs: int, n: int) -> list[list[int]]:
-    """``bs`` requests' N = B + 1 token ids: the trees of budget B that the full-size target
-    ``model_dir.name``'s test hook drafts for the first ``bs`` humaneval prompts' first round."""
+def tree_inputs(model_dir: Path, bs: int, counts: list[int]) -> dict[int, list[list[int]]]:
+    """For each N: ``bs`` requests' N = B + 1 token ids, the trees of budget B that the full-size
+    target ``model_dir.name``'s test hook drafts for the first ``bs`` humaneval prompts' first round."""
     from repro.evidence.prompts import load_prompts, request_input
     from repro.testmodels import fullsize
 
     model = fullsize.load_model(model_dir.name)
     prompts = [request_input(p, tokenizer="none", vocab_size=model.target["vocab_size"], max_tokens=1024)["input_ids"]
                for p in load_prompts("humaneval").prompts[:bs]]
-    return fullsize.tree_tokens(model, [n - 1], prompts)[n - 1].tolist()
+    trees = fullsize.tree_tokens(model, [n - 1 for n in counts], prompts)
+    return {n: trees[n - 1].tolist() for n in counts}
 
 
 def _time_forward(runner, make_reqs, bs: int, n: int, reps: int, inputs: list[list[int]] | None = None) -> dict:
@@ -149,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--bs, --tokens and --reps take integers >= 1 (got {args.bs}, {args.tokens}, {args.reps})")
     if args.tree_tokens and args.model_dir.name not in FULLSIZE:
         p.error(f"--tree-tokens needs a full-size target's directory, named {' or '.join(FULLSIZE)} (got {args.model_dir.name})")
+    if args.tree_tokens and max(args.bs) > TREE_PROMPTS:
+        p.error(f"--tree-tokens drafts one tree a humaneval prompt: --bs at most {TREE_PROMPTS} (got {max(args.bs)})")
     import torch
 
     if not torch.cuda.is_available():
@@ -161,9 +165,10 @@ def main(argv: list[str] | None = None) -> int:
               "config": json.loads((args.model_dir / "config.json").read_text()),
               "tokens": "tree" if args.tree_tokens else "random", "rows": []}
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    trees = tree_inputs(args.model_dir, max(args.bs), args.tokens) if args.tree_tokens else None
     for bs in args.bs:
         for n in args.tokens:
-            inputs = tree_inputs(args.model_dir, bs, n) if args.tree_tokens else None
+            inputs = trees[n][:bs] if trees else None
             result["rows"].append(_time_forward(runner, make_reqs, bs, n, args.reps, inputs))
             print(json.dumps(result["rows"][-1]), flush=True)
             args.out.write_text(json.dumps(result, indent=1) + "\n")

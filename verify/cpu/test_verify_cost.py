@@ -80,6 +80,18 @@ class TestArguments:
             capsys.readouterr().err
 
 
+    def test_tree_tokens_take_a_prompt_a_request(self, tmp_path, capsys):
+        """--tree-tokens with more requests than humaneval has prompts exits 2."""
+        fullsize.write_model(tmp_path, fullsize.load_model("qwen3-8b"))
+        with pytest.raises(SystemExit) as exc:
+            verify_cost.main([str(tmp_path / "qwen3-8b"), "--tree-tokens", "--bs", "1", "165"])
+        assert exc.value.code == 2
+        assert "--bs at most 164 (got 165)" in capsys.readouterr().err
+        from repro.evidence.prompts import load_prompts
+
+        assert len(load_prompts("humaneval").prompts) == verify_cost.TREE_PROMPTS
+
+
 class TestTreeInputs:
     def test_a_requests_tokens_are_the_hooks_tree_root_first(self, tmp_path):
         """bs requests of N = B + 1 ids: the tree the written hook.json drafts (the same hook the
@@ -90,7 +102,9 @@ class TestTreeInputs:
 
         model = fullsize.load_model("k26-tp8")
         fullsize.write_model(tmp_path, model)
-        inputs = verify_cost.tree_inputs(tmp_path / "k26-tp8", 4, 65)
+        trees = verify_cost.tree_inputs(tmp_path / "k26-tp8", 4, [1, 65])
+        assert trees[1] == [[ids[0]] for ids in trees[65]]  # N 1: the root alone
+        inputs = trees[65]
         assert [len(ids) for ids in inputs] == [65] * 4
         vocab = model.target["vocab_size"]
         hook = DrafterTestHook.from_file(tmp_path / "k26-tp8" / "hook.json", horizon=7, vocab_size=vocab, device="cpu")
