@@ -67,7 +67,6 @@ def _check_out(out: Path) -> None:
 
 
 def _print_spread(name: str) -> None:
-    from repro.evidence.prompts import load_prompts, request_input
     from repro.testmodels import fullsize
 
     model = fullsize.load_model(name)
@@ -75,8 +74,7 @@ def _print_spread(name: str) -> None:
     print(f"{name}: distinct experts per MoE layer for N distinct tokens (min / mean / max over layers)")
     for n, per_layer in spread.items():
         print(f"  N={n:4d}  {min(per_layer):4d} / {sum(per_layer) / len(per_layer):6.1f} / {max(per_layer):4d}")
-    prompts = [request_input(p, tokenizer="none", vocab_size=model.target["vocab_size"], max_tokens=1024)["input_ids"]
-               for p in load_prompts(SPREAD_PROMPTS).prompts[:SPREAD_NUM_PROMPTS]]
+    prompts = fullsize.prompt_ids(model, SPREAD_NUM_PROMPTS, SPREAD_PROMPTS)
     print(f"{name}: a DDTREE tree's B + 1 tokens as the test hook drafts them (first round of {len(prompts)} "
           f"{SPREAD_PROMPTS} prompts): distinct tokens and mean distinct experts per MoE layer")
     for budget, (tokens, experts) in fullsize.tree_spread(model, list(SPREAD_BUDGETS), prompts).items():

@@ -169,6 +169,16 @@ def expert_spread(model: FullSizeModel, counts: list[int]) -> dict[int, list[int
     return spread
 
 
+def prompt_ids(model: FullSizeModel, count: int, prompts: str = "humaneval") -> list[list[int]]:
+    """The first ``count`` prompts of a set as the token ids `repro bench` sends this target
+    (no tokenizer: UTF-8 byte ids, cut to their last 1,024)."""
+    from repro.evidence.prompts import load_prompts, request_input
+
+    vocab = model.target["vocab_size"]
+    return [request_input(p, tokenizer="none", vocab_size=vocab, max_tokens=1024)["input_ids"]
+            for p in load_prompts(prompts).prompts[:count]]
+
+
 def tree_tokens(model: FullSizeModel, budgets: list[int], prompts: list[list[int]]) -> dict[int, torch.Tensor]:
     """For each DDTREE budget B: [len(prompts), B + 1] the token ids of the tree (root first) that
     the target's test hook drafts in each prompt's first round.

@@ -72,13 +72,10 @@ def _load_runner(model_dir: Path, mem_fraction: float):
 def tree_inputs(model_dir: Path, bs: int, counts: list[int]) -> dict[int, list[list[int]]]:
     """For each N: ``bs`` requests' N = B + 1 token ids, the trees of budget B that the full-size
     target ``model_dir.name``'s test hook drafts for the first ``bs`` humaneval prompts' first round."""
-    from repro.evidence.prompts import load_prompts, request_input
     from repro.testmodels import fullsize
 
     model = fullsize.load_model(model_dir.name)
-    prompts = [request_input(p, tokenizer="none", vocab_size=model.target["vocab_size"], max_tokens=1024)["input_ids"]
-               for p in load_prompts("humaneval").prompts[:bs]]
-    trees = fullsize.tree_tokens(model, [n - 1 for n in counts], prompts)
+    trees = fullsize.tree_tokens(model, [n - 1 for n in counts], fullsize.prompt_ids(model, bs))
     return {n: trees[n - 1].tolist() for n in counts}
 
 
