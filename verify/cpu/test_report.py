@@ -139,6 +139,15 @@ class TestSpeedupPlot:
         assert plots.speedup_vs_budget(rows, tmp_path / "s.png") is None
         assert (tmp_path / "s.png").read_bytes().startswith(PNG)
 
+    def test_close_budgets_do_not_overlap_their_labels(self, tmp_path: Path, monkeypatch) -> None:
+        """B 17 beside B 16 keeps its tick but no label; B 32 and 48 keep theirs."""
+        drawn = []
+        monkeypatch.setattr(plots, "_save", lambda fig, path: drawn.append(
+            [t.get_text() for t in fig.axes[0].get_xticklabels()]))
+        rows = self.summaries([("DFLASH", None, 1.0)] + [("DDTREE", b, 1.0) for b in (16, 17, 32, 48)])
+        assert plots.speedup_vs_budget(rows, tmp_path / "s.png") is None
+        assert drawn == [["16", "", "32", "48"]]
+
     def test_no_baseline_says_why(self, tmp_path: Path) -> None:
         """DDTREE alone has nothing to be a speedup over."""
         note = plots.speedup_vs_budget(self.summaries([("DDTREE", 16, 0.5)]), tmp_path / "s.png")
