@@ -86,6 +86,16 @@ class TestBound:
             bound.allowed(path)
 
 
+def test_a_served_round_is_c_times_tau_over_the_decode_rate():
+    """AR counts τ 1; at c 4 the cell's decode tok/s is four requests' (3 tokens in 6 ms each)."""
+    from repro.evidence.results import summarize
+
+    (ar,) = summarize([request(cell("AR", None, 4), i) for i in range(4)])
+    (tree,) = summarize([request(cell("DDTREE", 16, 4), i, verify=16) for i in range(4)])
+    assert bound.served_round_ms(ar) == pytest.approx(2.0)
+    assert bound.served_round_ms(tree) == pytest.approx(4 * 4.0 * 1e3 / 2000)
+
+
 def _bench(path: Path) -> Path:
     """Served cells of the qwen3-8b profile at c 1, T 0: DFLASH 2 s, DDTREE B 32 1.6 s a request
     (1.25x), and a T 1 DDTREE cell that must not count."""
@@ -112,9 +122,15 @@ class TestReportSection:
         b32 = _row(section["rows"], 1, "DDTREE", 32)
         assert b32["measured_over_dflash"] == pytest.approx(1.25)
         assert _row(section["rows"], 1, "DDTREE", 64)["measured_over_dflash"] is None  # only T 1 measured
+        # served round: c x τ (64 / 8) over 3 tokens in 6 ms of decode; none where nothing was served
+        assert b32["served_round_ms"] == pytest.approx(16.0)
+        assert _row(section["rows"], 1, "DFLASH")["served_round_ms"] == pytest.approx(16.0)
+        assert _row(section["rows"], 1, "DDTREE", 64)["served_round_ms"] is None
+        assert _row(section["rows"], 1, "AR")["served_round_ms"] is None
         md = (out / "report.md").read_text()
         share = f"{1.25 / b32['over_dflash']:.0%}"
-        assert f"| 1 | DDTREE B 32 | 33 | {b32['tau']:.2f} |" in md and f"| 1.25x | {share} |" in md
+        assert f"| 1 | DDTREE B 32 | 33 | {b32['tau']:.2f} | {b32['round_ms']:.2f} | 16.00 |" in md
+        assert f"| 1.25x | {share} |" in md
         assert "](verify_cost_qwen3-8b.png)" in md
         assert (out / "verify_cost_qwen3-8b.png").read_bytes().startswith(PNG)
         assert f"From `{cost}` (NVIDIA H200, random tokens: on an MoE target an upper bound" in md  # no "tokens": random
