@@ -56,7 +56,7 @@ def _save(fig: Any, path: Path) -> None:
     fig.tight_layout()
     with atomic_output(path) as tmp:
         fig.savefig(tmp, dpi=110, format=path.suffix.lstrip(".") or "png")
-    fig.clf()
+    _pyplot().close(fig)  # pyplot keeps every figure it made until closed
 
 
 def _ratios(here: list[CellSummary]) -> tuple[str, dict[tuple[int, int | None], float]] | None:

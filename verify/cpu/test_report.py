@@ -134,10 +134,14 @@ class TestSpeedupPlot:
         assert drawn[0] == [([16.0, 64.0], [2.0, 0.5])] * 2  # c 1 and c 4: 1 s / 0.5 s, 1 s / 2 s
 
     def test_ar_is_the_baseline_when_present(self, tmp_path: Path) -> None:
-        """With AR cells the y axis is the speedup over AR."""
+        """With AR cells the y axis is the speedup over AR; the figure is closed once written."""
+        import matplotlib.pyplot as plt
+
         rows = self.summaries([("AR", None, 2.0), ("DFLASH", None, 1.0), ("DDTREE", 16, 0.5)])
+        before = set(plt.get_fignums())
         assert plots.speedup_vs_budget(rows, tmp_path / "s.png") is None
         assert (tmp_path / "s.png").read_bytes().startswith(PNG)
+        assert set(plt.get_fignums()) <= before
 
     def test_close_budgets_do_not_overlap_their_labels(self, tmp_path: Path, monkeypatch) -> None:
         """B 17 beside B 16 keeps its tick but no label; B 32 and 48 keep theirs."""
