@@ -79,7 +79,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         default=[1, 4, 16], help="closed-loop clients, comma list (default 1,4,16)")
     parser.add_argument("--temperatures", type=comma_list(number(at_least=0), "finite numbers >= 0"),
                         default=[0.0], help="sampling temperatures, comma list (default 0)")
-    parser.add_argument("--prompts", default="humaneval", help="humaneval or a .jsonl file")
+    parser.add_argument("--prompts", default="humaneval",
+                        help="humaneval, humaneval-distinct (no tokenizer: each prompt ends on its own token) or a .jsonl")
     parser.add_argument("--num-prompts", type=POSITIVE_INT, default=32,
                         help="requests per cell (default 32)")
     parser.add_argument("--max-new-tokens", type=POSITIVE_INT, default=256)

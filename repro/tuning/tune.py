@@ -54,7 +54,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="DDTREE budgets measured only to check the predictions (default 16,64)")
     parser.add_argument("--concurrency", type=_ints, default=[1, 4, 16], help="closed-loop clients (default 1,4,16)")
     parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature of the cells (default 0)")
-    parser.add_argument("--prompts", default="humaneval", help="humaneval or a .jsonl file")
+    parser.add_argument("--prompts", default="humaneval",
+                        help="humaneval, humaneval-distinct (no tokenizer: each prompt ends on its own token) or a .jsonl")
     parser.add_argument("--num-prompts", type=int, default=32, help="requests per cell (default 32)")
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--warmup", type=int, default=2, help="warm-up rounds per server (repro bench)")

@@ -202,11 +202,8 @@ def measure(args: argparse.Namespace) -> list[dict]:
 
 def _profile_decode(args: argparse.Namespace, server: SGLangServer, port: int, trace_dir: Path, concurrency: int) -> dict:
     """``concurrency`` clients decoding on ``server``, ``args.steps`` steps profiled; the figures."""
-    prompt = [(17 * i) % 4000 + 10 for i in range(256)]  # inside every served vocabulary (the 4-layer: 4096)
-    payload = {"input_ids": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": args.max_new_tokens,
-                                                        "ignore_eos": True}}
     stop = threading.Event()
-    clients = start_decoding(lambda: server.client.generate(payload), concurrency, stop)
+    clients = start_decoding(lambda k: server.client.generate(busy_payload(k, args.max_new_tokens)), concurrency, stop)
     try:
         time.sleep(args.settle)  # past the prefill, into steady decoding
         earlier = set(trace_dir.glob("*.json.gz"))  # an earlier run's traces in the same directory
@@ -230,26 +227,36 @@ def _profile_decode(args: argparse.Namespace, server: SGLangServer, port: int, t
             "kernels_by_name": kernels_by_name(events, args.steps), **host}
 
 
+def busy_payload(client: int, max_new_tokens: int) -> dict:
+    """Client ``client``'s request: 256 prompt ids inside every served vocabulary (the 4-layer
+    targets': 4096), the last one the client's own (a planted target's greedy continuation follows
+    the last token alone: clients with one prompt would decode one token sequence in lockstep, and
+    an MoE target's batch would read one token's experts)."""
+    prompt = [(17 * i) % 4000 + 10 for i in range(255)] + [4010 + client % 86]
+    return {"input_ids": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": max_new_tokens,
+                                                     "ignore_eos": True}}
+
+
 class _Client(threading.Thread):
     """Sends requests one after another until ``stop`` is set; ``failed`` holds the last error."""
 
-    def __init__(self, send: Callable[[], object], stop: threading.Event) -> None:
+    def __init__(self, index: int, send: Callable[[int], object], stop: threading.Event) -> None:
         super().__init__(daemon=True)
-        self.send, self.stop, self.failed = send, stop, ""
+        self.index, self.send, self.stop, self.failed = index, send, stop, ""
 
     def run(self) -> None:
         while not self.stop.is_set():
             try:
-                self.send()
+                self.send(self.index)
             except ReproError as e:  # a server stopping after the trace, or one that failed
                 self.failed = str(e)
                 return
 
 
-def start_decoding(send: Callable[[], object], concurrency: int, stop: threading.Event) -> list[_Client]:
-    """``concurrency`` clients, each sending ``send()`` again as soon as its request ends, until
-    ``stop``: the decode runs steadily however fast one request finishes."""
-    clients = [_Client(send, stop) for _ in range(concurrency)]
+def start_decoding(send: Callable[[int], object], concurrency: int, stop: threading.Event) -> list[_Client]:
+    """``concurrency`` clients, client k sending ``send(k)`` again as soon as its request ends,
+    until ``stop``: the decode runs steadily however fast one request finishes."""
+    clients = [_Client(k, send, stop) for k in range(concurrency)]
     for c in clients:
         c.start()
     return clients

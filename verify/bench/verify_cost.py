@@ -8,8 +8,10 @@ On the GPU machine, with the patched SGLang importable: the target directory (wr
 and planted (``SGLANG_REPRO_PLANT``, patch 0005), exactly as a server loads it. For each batch
 size and each N it runs a forward of ``bs`` fresh requests of N random tokens (an EXTEND), or
 with ``--tree-tokens`` of the N = B + 1 tokens of the tree the target's test hook drafts in a
-humaneval prompt's first round: on an MoE target random tokens are an upper bound for a tree's,
-whose tokens repeat and, routed by token, read fewer experts (``repro testmodels --spread NAME``).
+``humaneval-distinct`` prompt's first round (request i's, each ending on its own token, so a
+batch's trees grow from distinct roots, as `repro bench` serves them): on an MoE target random
+tokens are an upper bound for a tree's, whose tokens repeat and, routed by token, read fewer
+experts (``repro testmodels --spread NAME``).
 It records the wall
 time (median of ``--reps``, eager launches) and the GPU busy time (the union of the kernels'
 intervals under torch.profiler), which is what a CUDA-graph replay of a verify costs. A DDTREE
@@ -35,7 +37,7 @@ from pathlib import Path
 from repro.testmodels.configs import FULLSIZE
 
 TOKENS = (1, 2, 4, 8, 9, 16, 17, 32, 33, 64, 65, 128, 129, 256, 257, 512, 513)
-TREE_PROMPTS = 164  # humaneval's
+TREE_PROMPT_SET, TREE_PROMPTS = "humaneval-distinct", 164  # the trees' prompts, and how many it has
 
 
 def busy_time(intervals: Iterable[tuple[float, float]]) -> float:
@@ -71,11 +73,11 @@ def _load_runner(model_dir: Path, mem_fraction: float):
 
 def tree_inputs(model_dir: Path, bs: int, counts: list[int]) -> dict[int, list[list[int]]]:
     """For each N: ``bs`` requests' N = B + 1 token ids, the trees of budget B that the full-size
-    target ``model_dir.name``'s test hook drafts for the first ``bs`` humaneval prompts' first round."""
+    target ``model_dir.name``'s test hook drafts for the first ``bs`` TREE_PROMPT_SET prompts' first round."""
     from repro.testmodels import fullsize
 
     model = fullsize.load_model(model_dir.name)
-    trees = fullsize.tree_tokens(model, [n - 1 for n in counts], fullsize.prompt_ids(model, bs))
+    trees = fullsize.tree_tokens(model, [n - 1 for n in counts], fullsize.prompt_ids(model, bs, TREE_PROMPT_SET))
     return {n: trees[n - 1].tolist() for n in counts}
 
 
@@ -134,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bs", type=int, nargs="+", default=[1, 4])
     p.add_argument("--tokens", type=int, nargs="+", default=list(TOKENS), help="N values (tokens per request)")
     p.add_argument("--tree-tokens", action="store_true",
-                   help="the hook's tree tokens for a humaneval prompt's first round instead of random ones")
+                   help=f"the hook's tree tokens for a {TREE_PROMPT_SET} prompt's first round instead of random ones")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--mem-fraction-static", type=float, default=0.85)
     p.add_argument("--out", type=Path, default=Path("results/verify_cost.json"))
@@ -149,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.tree_tokens and args.model_dir.name not in FULLSIZE:
         p.error(f"--tree-tokens needs a full-size target's directory, named {' or '.join(FULLSIZE)} (got {args.model_dir.name})")
     if args.tree_tokens and max(args.bs) > TREE_PROMPTS:
-        p.error(f"--tree-tokens drafts one tree a humaneval prompt: --bs at most {TREE_PROMPTS} (got {max(args.bs)})")
+        p.error(f"--tree-tokens drafts one tree a {TREE_PROMPT_SET} prompt: --bs at most {TREE_PROMPTS} (got {max(args.bs)})")
     import torch
 
     if not torch.cuda.is_available():
@@ -160,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
               "device": torch.cuda.get_device_name(), "torch": torch.__version__,
               "command": "python -m verify.bench.verify_cost " + " ".join(sys.argv[1:] if argv is None else argv),
               "config": json.loads((args.model_dir / "config.json").read_text()),
-              "tokens": "tree" if args.tree_tokens else "random", "rows": []}
+              "tokens": "tree" if args.tree_tokens else "random", **({"prompts": TREE_PROMPT_SET} if args.tree_tokens else {}),
+              "rows": []}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     trees = tree_inputs(args.model_dir, max(args.bs), args.tokens) if args.tree_tokens else None
     for bs in args.bs:

@@ -166,8 +166,8 @@ class TestStartDecoding:
         request in a second or two, before the profiled steps would end), and stops when told."""
         sent = []
 
-        def send():
-            sent.append(1)
+        def send(client):
+            sent.append(client)
             decode_busy.time.sleep(0.005)
 
         stop = decode_busy.threading.Event()
@@ -178,11 +178,19 @@ class TestStartDecoding:
         for c in clients:
             c.join(5)
         assert not any(c.is_alive() for c in clients)
-        assert len(sent) >= 10 and all(not c.failed for c in clients)
+        assert len(sent) >= 10 and set(sent) == {0, 1} and all(not c.failed for c in clients)
+
+    def test_each_client_ends_its_prompt_on_a_token_of_its_own(self):
+        """Clients share the prompt but not its last token (a planted target follows the last token
+        alone), every id inside the 4-layer targets' vocabulary of 4096."""
+        payloads = [decode_busy.busy_payload(k, 64) for k in range(16)]
+        ends = [p["input_ids"][-1] for p in payloads]
+        assert len(set(ends)) == 16 and all(p["input_ids"][:-1] == payloads[0]["input_ids"][:-1] for p in payloads)
+        assert max(max(p["input_ids"]) for p in payloads) < 4096 and len(payloads[0]["input_ids"]) == 256
 
     def test_a_client_whose_request_fails_stops_with_the_error(self):
         """A failed request (the server stopped, or failed) ends that client; the error is kept."""
-        def send():
+        def send(client):
             msg = "connection refused"
             raise decode_busy.ReproError(msg)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from repro.errors import UsageError
-from repro.evidence.prompts import Prompt, byte_ids, load_prompts, request_input, vocab_size
+from repro.evidence.prompts import DISTINCT_END, Prompt, byte_ids, load_prompts, request_input, vocab_size
 
 
 class TestLoadPrompts:
@@ -17,6 +17,26 @@ class TestLoadPrompts:
         prompts = load_prompts("humaneval")
         assert prompts.name == "humaneval" and len(prompts.prompts) == 164
         assert prompts.prompts[0].text.startswith("from typing import List")
+
+    def test_humaneval_prompts_all_end_on_one_byte_and_distinct_gives_each_its_own(self) -> None:
+        """Every HumanEval prompt ends with a newline (so a planted target, whose continuation
+        depends on the last token alone, would decode one sequence for all); humaneval-distinct
+        ends prompt i on token 256 + i, after the same bytes."""
+        plain, distinct = load_prompts("humaneval"), load_prompts("humaneval-distinct")
+        ids = [request_input(p, tokenizer="none", vocab_size=20480, max_tokens=1024)["input_ids"]
+               for p in plain.prompts]
+        assert {i[-1] for i in ids} == {ord("\n")}
+        ends = [request_input(p, tokenizer="none", vocab_size=20480, max_tokens=1024)["input_ids"]
+                for p in distinct.prompts]
+        assert distinct.name == "humaneval-distinct"
+        assert [e[-1] for e in ends] == [DISTINCT_END + i for i in range(164)]
+        assert all(e[:-1] == i[-1023:] for e, i in zip(ends, ids, strict=True))  # the end token inside the cut
+
+    def test_humaneval_distinct_is_refused_for_a_server_with_a_tokenizer(self) -> None:
+        """Its end tokens mean nothing to a real tokenizer: one line says to use humaneval."""
+        (first, *_) = load_prompts("humaneval-distinct").prompts
+        with pytest.raises(UsageError, match="humaneval-distinct is for servers without a tokenizer"):
+            request_input(first, tokenizer="model", vocab_size=None, max_tokens=8)
 
     @pytest.mark.parametrize("name", ["gsm8k", "chat"])
     def test_sets_no_package_ships_ask_for_jsonl(self, name: str) -> None:
@@ -50,7 +70,7 @@ class TestLoadPrompts:
 
     def test_unknown_set_lists_the_choices(self) -> None:
         """Anything but a known set or a .jsonl path is refused."""
-        with pytest.raises(UsageError, match=r"--prompts must be one of humaneval or a \.jsonl"):
+        with pytest.raises(UsageError, match=r"--prompts must be one of humaneval, humaneval-distinct or a \.jsonl"):
             load_prompts("mbpp")
 
 

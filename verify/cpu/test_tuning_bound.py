@@ -135,14 +135,19 @@ class TestReportSection:
         assert (out / "verify_cost_qwen3-8b.png").read_bytes().startswith(PNG)
         assert f"From `{cost}` (NVIDIA H200, random tokens: on an MoE target an upper bound" in md  # no "tokens": random
 
-    def test_the_section_names_tree_tokens(self, tmp_path, capsys):
-        """A verify_cost result of --tree-tokens says its costs are of the hook's trees."""
+    @pytest.mark.parametrize(("prompts", "says"), [
+        ("humaneval-distinct", "each request's tokens the tree the hook drafts);"),
+        (None, "each request's tokens the tree the hook drafts on a humaneval prompt: every one ends on the same token")])
+    def test_the_section_names_tree_tokens(self, tmp_path, capsys, prompts, says):
+        """A verify_cost result of --tree-tokens says its costs are of the hook's trees, and, when
+        they were drafted on humaneval (no "prompts": before humaneval-distinct), that a batch's
+        trees shared one root."""
         cost = tmp_path / "c.json"
         cost.write_text(json.dumps({"model": "k26-tp8", "device": "GPU", "tokens": "tree",
+                                    **({"prompts": prompts} if prompts else {}),
                                     "rows": _rows(lambda bs, n: 3.0 + n / 50)}))
         assert cli.main(["report", "--verify-cost", str(cost), "-o", str(tmp_path / "rep")]) == 0
-        assert f"From `{cost}` (GPU, each request's tokens the tree the hook drafts);" in \
-            (tmp_path / "rep" / "report.md").read_text()
+        assert f"From `{cost}` (GPU, {says}" in (tmp_path / "rep" / "report.md").read_text()
 
     def test_verify_cost_alone_makes_a_report(self, tmp_path, capsys):
         """No bench results: the bound alone, no measured column filled."""

@@ -81,7 +81,7 @@ class TestArguments:
 
 
     def test_tree_tokens_take_a_prompt_a_request(self, tmp_path, capsys):
-        """--tree-tokens with more requests than humaneval has prompts exits 2."""
+        """--tree-tokens with more requests than humaneval-distinct has prompts exits 2."""
         fullsize.write_model(tmp_path, fullsize.load_model("qwen3-8b"))
         with pytest.raises(SystemExit) as exc:
             verify_cost.main([str(tmp_path / "qwen3-8b"), "--tree-tokens", "--bs", "1", "165"])
@@ -89,13 +89,14 @@ class TestArguments:
         assert "--bs at most 164 (got 165)" in capsys.readouterr().err
         from repro.evidence.prompts import load_prompts
 
-        assert len(load_prompts("humaneval").prompts) == verify_cost.TREE_PROMPTS
+        assert len(load_prompts(verify_cost.TREE_PROMPT_SET).prompts) == verify_cost.TREE_PROMPTS
 
 
 class TestTreeInputs:
     def test_a_requests_tokens_are_the_hooks_tree_root_first(self, tmp_path):
         """bs requests of N = B + 1 ids: the tree the written hook.json drafts (the same hook the
-        server loads), root first; its tokens repeat, random ones would not."""
+        server loads) on humaneval-distinct, root first, each request's root its own; its tokens
+        repeat, random ones would not."""
         from repro.ddtree import build_trees
         from repro.evidence.prompts import load_prompts, request_input
         from repro.sglang_glue.test_hook import DrafterTestHook
@@ -109,8 +110,9 @@ class TestTreeInputs:
         vocab = model.target["vocab_size"]
         hook = DrafterTestHook.from_file(tmp_path / "k26-tp8" / "hook.json", horizon=7, vocab_size=vocab, device="cpu")
         prompts = [request_input(p, tokenizer="none", vocab_size=vocab, max_tokens=1024)["input_ids"]
-                   for p in load_prompts("humaneval").prompts[:4]]
+                   for p in load_prompts("humaneval-distinct").prompts[:4]]
         roots = hook.successor[torch.tensor([ids[-1] for ids in prompts])]
+        assert len(set(roots.tolist())) == 4
         tree = build_trees(hook.logits(roots, torch.tensor([len(ids) for ids in prompts])), 64, roots)
         assert inputs == tree.tokens.tolist()
         assert [ids[0] for ids in inputs] == roots.tolist()

@@ -21,8 +21,11 @@
 #                                   # x T 0/1 (one server per algorithm and budget, ~3-6 min each);
 #                                   # stops starting work (servers and requests) after TIME_LIMIT s (exit 3): run the same
 #                                   # phase again (it resumes) until it exits 0. CONCURRENCY (1,4,16); NUM_PROMPTS (16;
-#                                   # 164 = all of humaneval, whose tau is the set's: verify/bench/hook_law.py)
-#                                   # requests of 256 tokens per cell (TEMPS: 0,1). The DDTREE servers record their
+#                                   # 164 = all of the set, whose tau is the set's: verify/bench/hook_law.py)
+#                                   # requests of 256 tokens per cell (TEMPS: 0,1) from PROMPTS (humaneval-distinct:
+#                                   # humaneval, each prompt ending on a token of its own; plain humaneval's all end
+#                                   # on a newline, and a planted target follows its last token alone, so a batch
+#                                   # would decode one sequence in lockstep, its MoE reading one token's experts). The DDTREE servers record their
 #                                   # accepted paths into $DIR/recording-NAME.jsonl (for `tune`)
 #   bash verify/device/fullsize.sh confirm NAME BUDGETS   # DDTREE at BUDGETS side by side (repro bench
 #                                   # --interleave, every server at once, KV caches capped at CONFIRM_TOKENS,
@@ -53,6 +56,7 @@ export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PAR
 if [ -d /usr/local/cuda/bin ]; then export PATH=$PATH:/usr/local/cuda/bin CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}; fi
 ZIPS=$(ls .carry/*.zip 2>/dev/null | tr '\n' ':')
 export PYTHONPATH=$SITE:$PWD${ZIPS:+:${ZIPS%:}} REPRO_MODELS_DIR=$MODELS REPRO_E2E_MODELS=$MODELS REPRO_E2E_OUT=$DIR
+PROMPTS=${PROMPTS:-humaneval-distinct}
 T0=$SECONDS
 log() { echo "[fullsize +$((SECONDS - T0))s] $*"; }
 phase=${1:-}
@@ -105,9 +109,9 @@ busy)
   rc=${PIPESTATUS[0]}
   ;;
 bench)
-  REPRO_DDTREE_RECORD="$DIR/recording-$name.jsonl" REPRO_DDTREE_RECORD_PROMPTS=humaneval \
+  REPRO_DDTREE_RECORD="$DIR/recording-$name.jsonl" REPRO_DDTREE_RECORD_PROMPTS=$PROMPTS \
   timeout 570 python3 -m repro.cli bench "full-h200-$name" --models-dir "$MODELS" --algorithms "${3:-AR,DFLASH,DDTREE}" \
-    --budgets "${4:-16,32,64,128,256,512}" --concurrency "${CONCURRENCY:-1,4,16}" --temperatures "${TEMPS:-0,1}" --num-prompts "${NUM_PROMPTS:-16}" \
+    --budgets "${4:-16,32,64,128,256,512}" --prompts "$PROMPTS" --concurrency "${CONCURRENCY:-1,4,16}" --temperatures "${TEMPS:-0,1}" --num-prompts "${NUM_PROMPTS:-16}" \
     --max-new-tokens 256 --warmup 1 --time-limit "${TIME_LIMIT:-420}" --log-dir "$DIR/logs" --resume \
     -o "$DIR/fullsize-$name.jsonl" 2>&1 | tail -30 | tee -a "$DIR/bench-$name.log"
   rc=${PIPESTATUS[0]}
@@ -119,7 +123,7 @@ confirm | side)
   sed "/^\[profiles.full-h200-$name\]/,/^sglang = /s/^sglang = { /sglang = { max-total-tokens = ${CONFIRM_TOKENS:-24576}, /" \
     repro/data/profiles.toml >"$DIR/profiles-$phase.toml"
   timeout 570 python3 -m repro.cli bench "full-h200-$name" --profile-file "$DIR/profiles-$phase.toml" --models-dir "$MODELS" \
-    --algorithms "$algos" --budgets "$budgets" --interleave --concurrency "${CONCURRENCY:-1,4,16}" --temperatures "$temps" \
+    --algorithms "$algos" --budgets "$budgets" --prompts "$PROMPTS" --interleave --concurrency "${CONCURRENCY:-1,4,16}" --temperatures "$temps" \
     --num-prompts "${NUM_PROMPTS:-16}" --max-new-tokens 256 --warmup 1 --start-timeout 360 --time-limit "${TIME_LIMIT:-520}" \
     --log-dir "$DIR/logs" --resume -o "$DIR/$phase-$name.jsonl" 2>&1 | tail -20 | tee -a "$DIR/$phase-$name.log"
   rc=${PIPESTATUS[0]}
