@@ -301,6 +301,21 @@ def _jobs(profiles: list[Profile], root: Path, prompt_set: PromptSet,
     return jobs
 
 
+def lockstep_note(jobs: list[Job], args: argparse.Namespace) -> str | None:
+    """A warning when a server without a tokenizer (a planted target, whose greedy continuation
+    follows the last token alone) gets prompts that all end on one token at c > 1: its requests
+    would decode one sequence in lockstep, and an MoE target's batch read one token's experts."""
+    if max(args.concurrency) < 2:
+        return None
+    for job in jobs:
+        ends = {tuple(body.get("input_ids") or [None])[-1] for body in job.inputs[:args.num_prompts]}
+        if job.profile.tokenizer == "none" and min(len(job.inputs), args.num_prompts) > 1 and len(ends) == 1:
+            return (f"bench: note: every prompt of {args.prompts} ends on token {ends.pop()}, and {job.profile.name} "
+                    f"has no tokenizer: a planted target's requests decode one sequence in lockstep at c > 1 "
+                    f"(--prompts humaneval-distinct ends each on its own)")
+    return None
+
+
 def _check_shared_memory(jobs: list[Job]) -> None:
     """A UsageError unless the servers ``--interleave`` runs at once leave each other room: every
     profile caps its KV cache (``max-total-tokens``), or every profile sets mem-fraction-static and
@@ -369,6 +384,8 @@ def main(args: argparse.Namespace) -> int:
         _jobs(profiles, root, prompt_set, args)
     runconfig.check_resumable(records, {c.key: (c, job.config) for job in jobs for c in job.cells},
                               args.output)
+    if note := lockstep_note(jobs, args):
+        print(note, file=sys.stderr)
     if args.interleave:
         _check_shared_memory(jobs)
     done = finished(records)

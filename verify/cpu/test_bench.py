@@ -7,6 +7,7 @@ then the bench itself) and check that the JSONL is intact and `--resume` complet
 
 from __future__ import annotations
 
+import argparse
 import collections
 import json
 import os
@@ -329,6 +330,30 @@ class _IndexJob:
 
     def payload(self, index: int, _temperature: float, _max_new: int) -> dict:
         return {"index": index}
+
+
+@pytest.mark.parametrize(("profile", "prompts", "concurrency", "noted"), [
+    ("test-h200-tp1", "humaneval", [1, 4], True), ("test-h200-tp1", "humaneval-distinct", [1, 4], False),
+    ("test-h200-tp1", "humaneval", [1], False), ("k26-h200-tp8", "humaneval", [4], False)])
+def test_prompts_that_all_end_on_one_token_are_noted_for_a_planted_target(profile, prompts, concurrency, noted) -> None:
+    """A server without a tokenizer at c > 1 on prompts ending on one token (humaneval's newline)
+    gets a note naming humaneval-distinct; distinct ends, c 1 alone, or a real tokenizer get none."""
+    from repro.evidence.prompts import load_prompts, request_input
+    from repro.serving.profiles import get_profile
+
+    served = get_profile(profile)
+    inputs = [request_input(p, tokenizer=served.tokenizer, vocab_size=4096, max_tokens=1024)
+              for p in load_prompts("humaneval").prompts]
+    if prompts == "humaneval-distinct":
+        inputs = [request_input(p, tokenizer="none", vocab_size=4096, max_tokens=1024)
+                  for p in load_prompts(prompts).prompts]
+    args = argparse.Namespace(concurrency=concurrency, num_prompts=16, prompts=prompts)
+    note = bench.lockstep_note([bench.Job(served, [], inputs, {})], args)
+    assert (note is not None) is noted
+    if noted:
+        assert note == (f"bench: note: every prompt of humaneval ends on token 10, and {profile} has no tokenizer: a "
+                        "planted target's requests decode one sequence in lockstep at c > 1 (--prompts "
+                        "humaneval-distinct ends each on its own)")
 
 
 def test_a_payload_carries_its_request_id_only_when_given() -> None:
