@@ -22,7 +22,9 @@ from typing import Any
 from repro.errors import UsageError
 from repro.files import parse_json, read_json, read_text
 
-BUILTIN = ("humaneval", "humaneval-distinct")
+DISTINCT = "humaneval-distinct"
+"""The planted targets' bench set: humaneval with prompt i ending on token ``DISTINCT_END + i``."""
+BUILTIN = ("humaneval", DISTINCT)
 DISTINCT_END = 256
 """``humaneval-distinct``: prompt i ends on token ``DISTINCT_END + i``, past the byte ids."""
 NOT_PACKAGED = {"gsm8k": "GSM8K", "chat": "a chat set", "mt-bench": "MT-Bench"}
@@ -59,7 +61,7 @@ def _humaneval(*, distinct: bool = False) -> PromptSet:
         raise UsageError(msg) from None
     rows = [json.loads(line) for line in raw.splitlines() if line.strip()]
     if distinct:
-        return PromptSet("humaneval-distinct", tuple(Prompt(text=row["prompt"], end=DISTINCT_END + i)
+        return PromptSet(DISTINCT, tuple(Prompt(text=row["prompt"], end=DISTINCT_END + i)
                                                       for i, row in enumerate(rows)))
     return PromptSet("humaneval", tuple(Prompt(text=row["prompt"]) for row in rows))
 
@@ -100,7 +102,7 @@ def _jsonl(path: Path) -> PromptSet:
 def load_prompts(spec: str) -> PromptSet:
     """``humaneval``, ``humaneval-distinct`` or a path to a ``.jsonl`` file."""
     if spec in BUILTIN:
-        return _humaneval(distinct=spec == "humaneval-distinct")
+        return _humaneval(distinct=spec == DISTINCT)
     if spec in NOT_PACKAGED:
         msg = (
             f"--prompts {spec}: no PyPI package ships {NOT_PACKAGED[spec]} for offline "
@@ -130,7 +132,7 @@ def request_input(prompt: Prompt, *, tokenizer: str, vocab_size: int | None,
     assert prompt.text is not None
     if tokenizer == "model":
         if prompt.end is not None:
-            msg = "humaneval-distinct is for servers without a tokenizer (the planted targets); use humaneval"
+            msg = f"{DISTINCT} is for servers without a tokenizer (the planted targets); use humaneval"
             raise UsageError(msg)
         return {"text": prompt.text}
     if vocab_size is None:

@@ -26,11 +26,12 @@ from pathlib import Path
 
 from repro.argtypes import integer
 from repro.errors import UsageError
+from repro.evidence.prompts import DISTINCT
 from repro.testmodels.configs import FULLSIZE, read_model
 
 SPREAD_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 513)
 SPREAD_BUDGETS = (16, 32, 64, 128, 256, 512)
-SPREAD_PROMPTS, SPREAD_NUM_PROMPTS = "humaneval-distinct", 16  # repro bench's, as fullsize.sh runs it
+SPREAD_PROMPTS, SPREAD_NUM_PROMPTS = DISTINCT, 16  # repro bench's, as fullsize.sh runs it
 OUT_EXPECTED = "a directory to write the test models into"
 
 

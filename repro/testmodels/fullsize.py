@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from repro.evidence.prompts import DISTINCT
 from repro.testmodels.configs import FULLSIZE, read_model, write_config
 from repro.testmodels.plant import router_weight
 from repro.testmodels.planted import planted_info, planted_ranked, successor_table, write_hook
@@ -169,7 +170,7 @@ def expert_spread(model: FullSizeModel, counts: list[int]) -> dict[int, list[int
     return spread
 
 
-def prompt_ids(model: FullSizeModel, count: int, prompts: str = "humaneval-distinct") -> list[list[int]]:
+def prompt_ids(model: FullSizeModel, count: int, prompts: str = DISTINCT) -> list[list[int]]:
     """The first ``count`` prompts of a set as the token ids `repro bench` sends this target
     (no tokenizer: UTF-8 byte ids, cut to their last 1,024; ``humaneval-distinct``, as
     verify/device/fullsize.sh benches it, ends each on a token of its own)."""

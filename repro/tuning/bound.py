@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from repro.errors import UsageError
+from repro.evidence.prompts import DISTINCT
 from repro.tuning.costs import interpolate
 
 if TYPE_CHECKING:
@@ -94,7 +95,7 @@ def _tokens(result: dict[str, Any]) -> str:
     """Which tokens a verify_cost result's costs are of (a TOKENS key): its trees grew from one root
     at every batch size unless drafted on prompts of their own (``humaneval-distinct``)."""
     tokens = result.get("tokens", "random")
-    return "tree-one-root" if tokens == "tree" and result.get("prompts") != "humaneval-distinct" else tokens
+    return "tree-one-root" if tokens == "tree" and result.get("prompts") != DISTINCT else tokens
 
 
 def served_round_ms(summary: Any) -> float | None:

@@ -34,10 +34,11 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from repro.evidence.prompts import DISTINCT
 from repro.testmodels.configs import FULLSIZE
 
 TOKENS = (1, 2, 4, 8, 9, 16, 17, 32, 33, 64, 65, 128, 129, 256, 257, 512, 513)
-TREE_PROMPT_SET, TREE_PROMPTS = "humaneval-distinct", 164  # the trees' prompts, and how many it has
+TREE_PROMPT_SET, TREE_PROMPTS = DISTINCT, 164  # the trees' prompts, and how many it has
 
 
 def busy_time(intervals: Iterable[tuple[float, float]]) -> float:
