@@ -58,9 +58,9 @@ MAX_SPLITS = 16
 """Most prefix slices a request (more only adds partials to merge)."""
 SMEM_SLACK = 1024
 """Shared-memory bytes the compiler adds past the tiles (barriers: up to 544 measured on sm_100)."""
-FASTER_ROWS = 2048
+FASTER_ROWS = 2052
 """Query rows a KV head up to which the split kernel is measured to beat SGLang's (``faster``):
-512 draft tokens at G 4, the largest budget the benches serve."""
+513 verify tokens at G 4, B 512's tree and its root, the largest budget the benches serve."""
 
 
 @cache
@@ -161,8 +161,8 @@ def serves(algorithm: str | None) -> bool:
 def faster(max_q_len: int, q_heads: int, kv_heads: int) -> bool:
     """Whether the split kernel beats SGLang's extend kernel on a verify of ``max_q_len`` draft
     tokens a request, as measured on the H200 (bench_verify_attention, docs/PERFORMANCE.md):
-    every chain and tree of up to FASTER_ROWS query rows a KV head (512 tokens at G 4) at bs 1, 4
-    and 16, prefixes 300-2,000 (1.02-12.5x). Wider trees are not measured: SGLang's kernel keeps them."""
+    every chain and tree of up to FASTER_ROWS query rows a KV head (513 tokens at G 4) at bs 1, 4
+    and 16, prefixes 300-2,000 (1.02-12.5x; 513: 1.91-2.41x). Wider trees are not measured: SGLang's kernel keeps them."""
     return max_q_len * (q_heads // kv_heads) <= FASTER_ROWS
 
 

@@ -5,8 +5,8 @@
 # qwen3-8b (Qwen3-8B) and k26-tp8 (one GPU's share of Kimi-K2.6 under TP8); repro/data/models/.
 #
 #   bash verify/device/fullsize.sh setup                  # offline install + patch + models (~1 min)
-#   bash verify/device/fullsize.sh greedy NAME [AR|DDTREE] # planted output == AR == DDTREE B=64, one
-#                                                          # server per algorithm (~3-8 min each)
+#   bash verify/device/fullsize.sh greedy NAME [AR|DDTREE|DDTREE-B512] # planted output == AR == DDTREE
+#                                   # B 64 and B 512 (DDTREE: both), one server each (~2-8 min each)
 #   bash verify/device/fullsize.sh cost NAME              # forward ms vs N = 1..513 at bs 1, 4, each request
 #                                                          # the hook's tree of N tokens (~3-6 min)
 #   bash verify/device/fullsize.sh busy NAME [ALGOS] [CS] # GPU busy fraction of 30 served decode steps
