@@ -72,10 +72,12 @@ def _ratios(here: list[CellSummary]) -> tuple[str, dict[tuple[int, int | None], 
 
 def speedup_vs_budget(summaries: list[CellSummary], path: Path) -> str | None:
     """DDTREE speedup over AR against the budget, a line per concurrency, DFLASH dashed; a panel
-    without AR cells shows DDTREE over DFLASH instead."""
+    (a profile, prompt set and temperature) without AR cells shows DDTREE over DFLASH instead."""
     panels = []
-    for key in sorted({(s.cell.profile, s.cell.temperature) for s in summaries if s.cell.algorithm == "DDTREE"}):
-        here = [s for s in summaries if (s.cell.profile, s.cell.temperature) == key]
+    several = len({s.cell.prompts for s in summaries}) > 1
+    for key in sorted({(s.cell.profile, s.cell.prompts, s.cell.temperature) for s in summaries
+                       if s.cell.algorithm == "DDTREE"}):
+        here = [s for s in summaries if (s.cell.profile, s.cell.prompts, s.cell.temperature) == key]
         ratios = _ratios(here)
         if ratios is not None:
             panels.append((key, here, *ratios))
@@ -83,9 +85,10 @@ def speedup_vs_budget(summaries: list[CellSummary], path: Path) -> str | None:
         return "no DDTREE cell has an AR or DFLASH baseline to compute a speedup from"
     plt = _pyplot()
     fig, axes = _grid(plt, len(panels))
-    for ax, ((profile, temp), here, baseline, ratios) in zip(axes, panels, strict=True):
-        for k, conc in enumerate(sorted({c for c, _ in ratios})):
-            color = f"C{k}"
+    colors = {c: f"C{k}" for k, c in enumerate(sorted({c for *_, ratios in panels for c, _ in ratios}))}
+    for ax, ((profile, prompts, temp), here, baseline, ratios) in zip(axes, panels, strict=True):
+        for conc in sorted({c for c, _ in ratios}):
+            color = colors[conc]  # one color a concurrency in every panel
             pts = sorted((b, r) for (c, b), r in ratios.items() if c == conc)
             ax.plot(*zip(*pts, strict=True), marker="o", color=color, label=f"c={conc}")
             for s in here:
@@ -96,7 +99,8 @@ def speedup_vs_budget(summaries: list[CellSummary], path: Path) -> str | None:
         ax.set_xlabel("DDTree budget B (non-root nodes)")
         ax.set_ylabel(f"output tok/s over {baseline}")
         note = "DFLASH dashed" if baseline == "AR" else "DFLASH = 1 (no AR cell)"
-        ax.set_title(f"{profile}, T={temp:g}: DDTREE solid, {note}", fontsize=10)
+        where = f"{profile} ({prompts})" if several else profile
+        ax.set_title(f"{where}, T={temp:g}: DDTREE solid, {note}", fontsize=10)
         ax.legend(fontsize=8, title="concurrency", title_fontsize=8)
         ax.grid(alpha=0.3)
     _save(fig, path)

@@ -107,17 +107,20 @@ def _fingerprints(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def pooled_revisions(records: list[dict[str, Any]]) -> dict[str, list[str]]:
     """Cells whose requests came from runs at more than one commit (``revision``, ``+dirty`` for a
-    working tree with changes): their rows average different code. {cell: [revisions]}."""
+    working tree with changes): their rows average different code. {cell: [revisions]}; a cell
+    names its prompt set where the records hold several."""
     revision: dict[str, str] = {}
     for r in records:
         git = (r.get("fingerprint") or {}).get("git") if r.get("kind") == "run" else None
         if isinstance(git, dict) and git.get("revision"):
             revision[r["session"]] = f"{git['revision'][:7]}{'+dirty' if git.get('dirty') else ''}"
+    several = len({r["cell"]["prompts"] for r in records if r.get("kind") == "request"}) > 1
     by_cell: dict[str, set[str]] = {}
     for r in records:
         if r.get("kind") == "request" and r.get("session") in revision:
             c = Cell(**r["cell"])
             subject = f"{c.profile} {c.label} c={c.concurrency} T={c.temperature:g}"
+            subject += f" prompts={c.prompts}" if several else ""
             by_cell.setdefault(subject, set()).add(revision[r["session"]])
     return {cell: sorted(revs) for cell, revs in sorted(by_cell.items()) if len(revs) > 1}
 
@@ -156,6 +159,17 @@ def _listing(paths: list[str]) -> str:
     return ": " + ", ".join(f"`{p}`" for p in paths) if paths else ""
 
 
+def _bench_tables(summaries: list[Any]) -> list[str]:
+    """The benchmark table, one per prompt set where the results hold several."""
+    sets = list(dict.fromkeys(s.cell.prompts for s in summaries))
+    out = []
+    for prompts in sets:
+        mine = [s for s in summaries if s.cell.prompts == prompts]
+        out += [*([f"Prompts `{prompts}`:", ""] if len(sets) > 1 else []),
+                format_table(HEADERS, table_rows(mine), markdown=True), ""]
+    return out[:-1] or ["No benchmark results."]
+
+
 def _markdown(data: dict[str, Any], summaries: list[Any]) -> str:
     out = ["# k26-ddtree-repro handoff report", "",
            (f"Written {data['written']} from {len(data['results'])} results file(s), "
@@ -184,9 +198,7 @@ def _markdown(data: dict[str, Any], summaries: list[Any]) -> str:
                 *(f"{i}. {source}" for i, source in enumerate(sources, 1))]
     else:
         out.append("No benchmark results: nothing to judge.")
-    out += ["", "## Benchmarks", ""]
-    out.append(format_table(HEADERS, table_rows(summaries), markdown=True) if summaries
-               else "No benchmark results.")
+    out += ["", "## Benchmarks", "", *_bench_tables(summaries)]
     out += ["", ("tok/s: output tokens over wall time per cell; tau: completion tokens / verify "
                  "rounds (bonus included); ITL: inter-token latency, a chunk of k tokens counting as k "
                  "gaps; speedup: tok/s over AR at the same concurrency and temperature, x DFLASH: a DDTREE "

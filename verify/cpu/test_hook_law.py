@@ -23,6 +23,7 @@ SIDE = PERF / "side_qwen3-8b_h200_2026-12-03.jsonl.gz"  # AR, DFLASH, DDTREE B 6
 K26 = PERF / "fullsize_k26-tp8_h200_2026-12-03.jsonl.gz"  # DDTREE B 16 / 17 on k26-tp8
 K26_WIDE = PERF / "fullsize_k26-tp8_h200_2026-12-04.jsonl.gz"  # DDTREE B 128 / 256 on k26-tp8, T 0 and 1
 K26_B512 = PERF / "fullsize_k26-tp8_h200_2026-12-04b.jsonl.gz"  # B 512 at T 0 (and AR, T 1 cells) on k26-tp8
+K26_DISTINCT = PERF / "fullsize_k26-tp8_h200_2026-12-04c.jsonl.gz"  # DFLASH, B 16 / 32 / 64 at c 4, 16, distinct roots
 SIDE_B = PERF / "side_qwen3-8b_h200_2026-12-03b.jsonl.gz"  # DFLASH, DDTREE B 16 / 63 / 127 after the top-K scan
 SIDE_ATTN = [PERF / f"side_qwen3-8b_h200_2026-12-04{r}.jsonl.gz" for r in ("", "b", "c")]  # split-KV verify attention
 SIDE_HEAD = [PERF / f"side_qwen3-8b_h200_2026-12-04{r}.jsonl.gz" for r in "def"]  # DFLASH on it too; the hook after the head
@@ -100,7 +101,7 @@ def models(tmp_path_factory):
                                                *zip(SIDE_HEAD, (192, 192, 144), strict=True),
                                                *zip(SIDE_ODD, (144, 656, 984), strict=True), (SIDE_WIDE, 984),
                                                *zip(SIDE_FLOOR, (144, 192, 984, 1292), strict=True), (K26_WIDE, 96),
-                                               (K26_B512, 48)])
+                                               (K26_B512, 48), (K26_DISTINCT, 128)])
 def test_the_committed_served_requests_take_exactly_the_laws_rounds(models, raw, requests, capsys):
     """Every T = 0 DFLASH and DDTREE request the H200 served in these runs (`repro bench`'s
     spec_verify_ct) took the law's rounds: also the served check of the top-K kernel's exactness
@@ -111,9 +112,10 @@ def test_the_committed_served_requests_take_exactly_the_laws_rounds(models, raw,
     two of them over all 164 prompts), and of its wide query tiles (SIDE_WIDE: B 63 at c 1 and 4),
     and of the hook's floor levels (SIDE_FLOOR: B 16-256 at c 1, 4, 16; B 31 / 63 / 95 / 127 over all
     164), and k26-tp8's B 128 / 256 (K26_WIDE) and B 512, its verify graphs captured to bs 8 and
-    bs 16 eager (K26_B512). Run n (B 512) is left out: one of its 96 requests, at
-    c 16, was retracted for KV cache (a 1.55 s stall, then a one-token re-prefill) and took 25 rounds
-    where the law, which knows no retraction, says 26."""
+    bs 16 eager (K26_B512), and its batches of distinct last tokens (K26_DISTINCT: each request its
+    own experts). Run n (B 512) is left out: one of its 96 requests, at c 16, was retracted for KV
+    cache (a 1.55 s stall, then a one-token re-prefill) and took 25 rounds where the law, which knows
+    no retraction, says 26; run q (B 512 on the split-KV attention) likewise (c 16, a 1.26 s stall)."""
     assert hook_law.main([str(raw), "--models-dir", str(models)]) == 0
     assert f"{requests} of {requests} requests took exactly the law's rounds" in capsys.readouterr().out
 

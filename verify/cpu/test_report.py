@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -98,6 +99,24 @@ class TestReport:
         md = (tmp_path / "rep" / "report.md").read_text()
         assert "- test-h200-tp1 DDTREE B=32 c=1 T=0: 1111111, 2222222+dirty" in md
 
+    def test_two_prompt_sets_get_a_table_each(self, tmp_path: Path) -> None:
+        """Cells served on humaneval and on humaneval-distinct (a planted target's lockstep fix) are
+        two tables, each headed by its set, and a pooled cell names its set."""
+        tp = get_profile("test-h200-tp1")
+        runs = [{"kind": "run", "session": s, "profiles": {tp.name: tp.to_dict()},
+                 "fingerprint": {"git": {"revision": rev, "dirty": False}}} for s, rev in (("a", "1" * 8), ("b", "2" * 8))]
+        plain, distinct = cell("AR", profile=tp.name), replace(cell("AR", profile=tp.name), prompts="humaneval-distinct")
+        rows = [*runs, request(plain, 0, session="a"), request(plain, 1, session="b"),
+                request(distinct, 0, end=2.0, session="b")]
+        path = tmp_path / "r.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        assert cli.main(["report", str(path), "-o", str(tmp_path / "rep")]) == 0
+        md = (tmp_path / "rep" / "report.md").read_text()
+        plain_at, distinct_at = md.index("Prompts `humaneval`:"), md.index("Prompts `humaneval-distinct`:")
+        assert plain_at < md.index("| test-h200-tp1 | AR | 1 | 0 | 2 |") < distinct_at
+        assert md.index("| test-h200-tp1 | AR | 1 | 0 | 1 | 32.0 |") > distinct_at
+        assert "- test-h200-tp1 AR c=1 T=0 prompts=humaneval: 1111111, 2222222" in md
+
     def test_tiers_only_report_uses_this_machines_fingerprint(self, tmp_path: Path,
                                                               monkeypatch) -> None:
         """With no results (make verify on a CPU box) the report still lists the tiers."""
@@ -142,6 +161,19 @@ class TestSpeedupPlot:
         assert plots.speedup_vs_budget(rows, tmp_path / "s.png") is None
         assert (tmp_path / "s.png").read_bytes().startswith(PNG)
         assert set(plt.get_fignums()) <= before
+
+    def test_each_prompt_set_is_a_panel_of_its_own(self, tmp_path: Path, monkeypatch) -> None:
+        """Cells on two prompt sets are two panels, each over its own baseline, titled by their set."""
+        drawn = []
+        monkeypatch.setattr(plots, "_save", lambda fig, path: drawn.append(
+            {ax.get_title(): [float(y) for line in ax.lines if line.get_marker() == "o" for y in line.get_ydata()]
+             for ax in fig.axes if ax.lines}))
+        rows = self.summaries([("DFLASH", None, 1.0), ("DDTREE", 16, 0.5)])
+        other = [replace(s, cell=replace(s.cell, prompts="humaneval-distinct")) for s in
+                 self.summaries([("DFLASH", None, 1.0), ("DDTREE", 16, 2.0)])]
+        assert plots.speedup_vs_budget(rows + other, tmp_path / "s.png") is None
+        assert drawn == [{"p (humaneval), T=0: DDTREE solid, DFLASH = 1 (no AR cell)": [2.0, 2.0],
+                          "p (humaneval-distinct), T=0: DDTREE solid, DFLASH = 1 (no AR cell)": [0.5, 0.5]}]
 
     def test_close_budgets_do_not_overlap_their_labels(self, tmp_path: Path, monkeypatch) -> None:
         """B 17 beside B 16 keeps its tick but no label; B 32 and 48 keep theirs."""

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -157,3 +158,34 @@ class TestReportSection:
         md = (tmp_path / "rep" / "report.md").read_text()
         assert "### k26-tp8" in md and "the bound's best budget is" in md
         assert "No benchmark results." in md
+
+    @pytest.mark.parametrize(("prompts", "taken", "marked"), [("humaneval-distinct", 1.25, 64),
+                                                              (None, 0.8, None)])
+    def test_the_served_cell_batches_as_the_cost_did(self, tmp_path, capsys, prompts, taken, marked):
+        """A cell served on humaneval and on humaneval-distinct is compared with a tree cost from the
+        set its batches match (distinct roots: humaneval-distinct; one root: humaneval); at bs > 1 a
+        row served only on the other set is marked, at bs 1 (no batch) none is."""
+        p = get_profile("full-h200-k26-tp8")
+        lines = [{"kind": "run", "session": "s1", "profiles": {p.name: p.to_dict()}}]
+        for algorithm, budget, end, c, on in (("DFLASH", None, 2.0, 4, "humaneval"), ("DDTREE", 32, 2.5, 4, "humaneval"),
+                                              ("DDTREE", 64, 4.0, 4, "humaneval"), ("DFLASH", None, 2.0, 1, "humaneval"),
+                                              ("DDTREE", 32, 2.0, 1, "humaneval"),
+                                              ("DFLASH", None, 2.0, 4, "humaneval-distinct"),
+                                              ("DDTREE", 32, 1.6, 4, "humaneval-distinct")):
+            here = replace(cell(algorithm, budget, c, p.name), prompts=on)
+            lines += [request(here, i, end=end, verify=8) for i in range(4)]
+        bench = tmp_path / "b.jsonl"
+        bench.write_text("".join(json.dumps(r) + "\n" for r in lines))
+        cost = tmp_path / "c.json"
+        cost.write_text(json.dumps({"model": "k26-tp8", "device": "GPU", "tokens": "tree",
+                                    **({"prompts": prompts} if prompts else {}), "rows": _rows(lambda bs, n: 3.0 + n / 50)}))
+        out = tmp_path / "rep"
+        assert cli.main(["report", str(bench), "--verify-cost", str(cost), "-o", str(out)]) == 0
+        capsys.readouterr()
+        (section,) = json.loads((out / "report.json").read_text())["verify_cost"]
+        assert _row(section["rows"], 4, "DDTREE", 32)["measured_over_dflash"] == pytest.approx(taken)
+        md = (out / "report.md").read_text()
+        rows = {line.split(" | ")[1]: line for line in md.splitlines() if line.startswith("| 4 | DDTREE B")}
+        assert [name for name, line in rows.items() if "†" in line] == ([f"DDTREE B {marked}"] if marked else [])
+        assert not any("†" in line for line in md.splitlines() if line.startswith("| 1 |"))
+        assert ("†: served on `humaneval` only" in md) is bool(marked)
