@@ -235,17 +235,23 @@ def tune_prediction(tunes: list[dict[str, Any]], path: Path) -> str | None:
         return "no `repro tune` result with a measured cell to compare a prediction with"
     plt = _pyplot()
     fig, axes = _grid(plt, 2 * len(tunes))
+    colors = {c: f"C{k}" for k, c in enumerate(sorted({row["concurrency"] for t in tunes for row in t["concurrency"]}))}
     for k, tune in enumerate(tunes):
-        _tune_curves(axes[2 * k], tune)
+        _tune_curves(axes[2 * k], tune, colors)
         _tune_scatter(axes[2 * k + 1], tune)
     _save(fig, path)
     return None
 
 
-def _tune_curves(ax: Any, tune: dict[str, Any]) -> None:
+def _tune_name(tune: dict[str, Any]) -> str:
+    """The profile, and the prompt set its cells ran (tune records carry it since 2026-12-06)."""
+    return f"{tune['profile']} {tune['prompts']}" if "prompts" in tune else tune["profile"]
+
+
+def _tune_curves(ax: Any, tune: dict[str, Any], colors: dict[int, str]) -> None:
     budgets = []
-    for i, row in enumerate(tune["concurrency"]):
-        color = f"C{i}"
+    for row in tune["concurrency"]:
+        color = colors[row["concurrency"]]  # one color a concurrency in every panel
         if row["curve"]:
             xs, ys = zip(*row["curve"], strict=True)
             ax.plot(xs, ys, color=color, label=f"c={row['concurrency']}")
@@ -261,7 +267,7 @@ def _tune_curves(ax: Any, tune: dict[str, Any]) -> None:
     _log2_axis(ax, budgets or [1])
     ax.set_xlabel("DDTree budget B")
     ax.set_ylabel("output tok/s")
-    ax.set_title(f"{tune['profile']}: predicted (lines), measured (dots, hollow held out), DFLASH dashed", fontsize=8)
+    ax.set_title(f"{_tune_name(tune)}: predicted (lines), measured (dots, hollow held out), DFLASH dashed", fontsize=8)
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
 
@@ -277,6 +283,6 @@ def _tune_scatter(ax: Any, tune: dict[str, Any]) -> None:
             ax.plot(*zip(*mine, strict=True), "o", markerfacecolor="C0" if fit else "none", color="C0", label=label)
     ax.set_xlabel("measured tok/s")
     ax.set_ylabel("predicted tok/s")
-    ax.set_title(f"{tune['profile']} T={tune['temperature']:g}: prediction vs measurement", fontsize=9)
+    ax.set_title(f"{_tune_name(tune)} T={tune['temperature']:g}: prediction vs measurement", fontsize=9)
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)

@@ -294,8 +294,8 @@ def main(args: argparse.Namespace) -> int:
 
 
 def tune_results(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The latest `repro tune` record of each profile."""
-    latest = {r["profile"]: r for r in records if r.get("kind") == "tune"}
+    """The latest `repro tune` record of each profile, prompt set and temperature."""
+    latest = {(r["profile"], r.get("prompts"), r["temperature"]): r for r in records if r.get("kind") == "tune"}
     return list(latest.values())
 
 

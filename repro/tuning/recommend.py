@@ -93,6 +93,7 @@ def analyze(records: list[dict[str, Any]], recording: Recording, *, profile: str
     checks = _checks(model, costs, new_tokens, taus, fit, recording.budget)
     return {
         "kind": "tune", "profile": profile, "temperature": temperature, "max_new_tokens": new_tokens,
+        "prompts": cell_prompts,
         "recording": {"rec": recording.rec, "budget": recording.budget, "horizon": recording.horizon,
                       "digest": recording.digest, "prompts": prompts, "rounds": len(rounds),
                       "requests": len({r.req for r in rounds})},
@@ -201,7 +202,8 @@ def render(result: dict[str, Any], *, markdown: bool) -> str:
     """A tune result as text or Markdown: recommendation per concurrency, DFLASH comparison,
     predicted vs measured, checks, and the server arguments to use."""
     rec, item, gap = result["recording"], "- " if markdown else "  ", [""] if markdown else []
-    out = [(f"tune {result['profile']} at T={result['temperature']:g}, {result['max_new_tokens']} new tokens: "
+    cells = f" on {result['prompts']}" if "prompts" in result else ""  # records before 2026-12-06 lack it
+    out = [(f"tune {result['profile']} at T={result['temperature']:g}{cells}, {result['max_new_tokens']} new tokens: "
            f"recording {rec['rec']} (DDTREE B={rec['budget']}, {rec['rounds']} rounds of {rec['requests']} "
            f"requests, prompts {rec['prompts']}); costs fitted at B = {result['fit_budgets']}, held out "
            f"{result['holdout_budgets'] or 'none'}"), ""]

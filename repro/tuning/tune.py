@@ -41,6 +41,10 @@ def _ints(text: str) -> list[int]:
     return values
 
 
+DEFAULT_PROMPTS = "humaneval"
+"""The prompt set tune benches when it measures."""
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``repro tune``."""
     parser.add_argument("profile", metavar="PROFILE", help="profile name (repro/data/profiles.toml)")
@@ -54,8 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="DDTREE budgets measured only to check the predictions (default 16,64)")
     parser.add_argument("--concurrency", type=_ints, default=[1, 4, 16], help="closed-loop clients (default 1,4,16)")
     parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature of the cells (default 0)")
-    parser.add_argument("--prompts", default="humaneval",
-                        help="humaneval, humaneval-distinct (no tokenizer: each prompt ends on its own token) or a .jsonl")
+    parser.add_argument("--prompts", default=None,
+                        help="humaneval (default), humaneval-distinct (no tokenizer: each prompt ends on its own token) "
+                             "or a .jsonl; with --results, the prompt set whose cells to fit")
     parser.add_argument("--num-prompts", type=int, default=32, help="requests per cell (default 32)")
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--warmup", type=int, default=2, help="warm-up rounds per server (repro bench)")
@@ -77,14 +82,14 @@ def _bench(args: argparse.Namespace, out: Path, extra: list[str], recording: Pat
     """Run `repro bench` in a child process, appending to ``out``; recording on when ``recording``."""
     argv = [sys.executable, "-m", "repro.cli", "bench", args.profile, "-o", str(out), "--resume",
             "--concurrency", ",".join(map(str, args.concurrency)), "--temperatures", f"{args.temperature:g}",
-            "--prompts", args.prompts, "--num-prompts", str(args.num_prompts),
+            "--prompts", args.prompts or DEFAULT_PROMPTS, "--num-prompts", str(args.num_prompts),
             "--max-new-tokens", str(args.max_new_tokens), "--warmup", str(args.warmup), *extra]
     for flag, value in (("--models-dir", args.models_dir), ("--profile-file", args.profile_file)):
         if value is not None:
             argv += [flag, str(value)]
     env = dict(os.environ)
     if recording is not None:
-        env[RECORD_ENV], env[PROMPTS_ENV] = str(recording), args.prompts
+        env[RECORD_ENV], env[PROMPTS_ENV] = str(recording), args.prompts or DEFAULT_PROMPTS
     print(f"tune: {' '.join(argv[2:])}", file=sys.stderr)
     code = subprocess.run(argv, env=env, check=False).returncode
     if code != 0:
@@ -92,10 +97,27 @@ def _bench(args: argparse.Namespace, out: Path, extra: list[str], recording: Pat
         raise ReproError(msg)
 
 
+def _prompt_set(records: list[dict[str, Any]], profile: str, prompts: str | None) -> list[dict[str, Any]]:
+    """The records less the request cells of ``profile`` on prompt sets other than ``prompts`` (None:
+    the results' one set; a UsageError when they hold several, or none on ``prompts``)."""
+    def on(r: dict[str, Any]) -> str | None:
+        return r["cell"]["prompts"] if r.get("kind") == "request" and r["cell"]["profile"] == profile else None
+
+    sets = sorted({p for r in records if (p := on(r))})
+    if prompts is None and len(sets) > 1:
+        msg = f"--results hold {profile} cells on {len(sets)} prompt sets ({', '.join(sets)}): choose one with --prompts"
+        raise UsageError(msg)
+    if prompts is not None and sets and prompts not in sets:
+        msg = f"--prompts {prompts}: the results hold no {profile} cell on it (they hold {', '.join(sets)})"
+        raise UsageError(msg)
+    return [r for r in records if on(r) in (None, prompts or (sets[0] if sets else None))]
+
+
 def _result(args: argparse.Namespace, results: list[Path], recording_path: Path, holdout: set[int]) -> dict[str, Any]:
     records = load_records(results)
     recordings = read_recordings(recording_path, "--recording")
-    requests = cell_requests(records, args.profile, args.temperature)
+    requests = cell_requests(records, args.profile, args.temperature)  # every set's: the recording may be another's
+    records = _prompt_set(records, args.profile, args.prompts)
     recording = pick_recording(recordings, requests)
     if requests is not None and not recording.rounds:  # recorded by another run: all of it describes the drafter
         print(f"tune: {recording_path} holds no round of the results' DDTREE requests at T={args.temperature:g}; "

@@ -181,6 +181,54 @@ class TestRecordedRequests:
         assert record["recording"]["requests"] == 40 and record["recording"]["rounds"] == 400
 
 
+class TestPromptSets:
+    @staticmethod
+    def _mixed(world, tmp_path) -> tuple[list[str], Path]:
+        """Results on two prompt sets: humaneval's requests are the recording's, the distinct set's
+        rounds take twice as long, under ids the recording never saw."""
+        root, taus, records = world
+        slow = bench_records(taus, lambda a, b, c: 2 * linear_round_ms(a, b, c), budgets=FIT + HOLDOUT,
+                             concurrency=CONC)
+        distinct = [{**r, "cell": {**r["cell"], "prompts": "humaneval-distinct"}} for r in slow if r["kind"] == "request"]
+        results = tmp_path / "bench.jsonl"
+        results.write_text("".join(json.dumps(r) + "\n" for r in
+                                   [*_with_rids(records), *_with_rids(distinct, lambda r: f"distinct/{r['index']}")]))
+        out = tmp_path / "out"
+        return ["tune", "p", "--profile-file", str(_profiles(tmp_path / "profiles.toml")), "--results", str(results),
+                "--recording", str(root / "rec.jsonl"), "-o", str(out)], out
+
+    def test_several_sets_need_prompts(self, world, tmp_path, capsys):
+        """Results on two prompt sets without --prompts: one line naming them, exit 2."""
+        args, _ = self._mixed(world, tmp_path)
+        assert cli(args) == 2
+        assert capsys.readouterr().err.strip() == ("repro tune: --results hold p cells on 2 prompt sets "
+                                                   "(humaneval, humaneval-distinct): choose one with --prompts")
+
+    def test_a_set_the_results_lack_is_named(self, world, tmp_path, capsys):
+        """--prompts naming a set the results do not hold: one line listing those they do, exit 2."""
+        args, _ = self._mixed(world, tmp_path)
+        assert cli([*args, "--prompts", "gsm8k"]) == 2
+        assert capsys.readouterr().err.strip() == ("repro tune: --prompts gsm8k: the results hold no p cell on it "
+                                                   "(they hold humaneval, humaneval-distinct)")
+
+    def test_the_chosen_set_is_fitted_with_tau_from_any_set(self, world, tmp_path, capsys):
+        """--prompts picks the cells fitted and measured (the distinct set's rounds are twice as long), while
+        tau(B) still comes from the recorded rounds of the results' DDTREE requests, whichever set
+        ran them (here the humaneval cells' 8 requests). The report shows each set's latest tune."""
+        args, out = self._mixed(world, tmp_path)
+        fast, slow = [], []
+        for prompts, rows in (("humaneval", fast), ("humaneval-distinct", slow)):
+            assert cli([*args, "--prompts", prompts]) == 0, capsys.readouterr().out
+            record = json.loads((out / "tune.jsonl").read_text().splitlines()[-1])
+            assert record["recording"]["requests"] == 8
+            rows += [row["best_measured_tok_s"] for row in record["concurrency"]]
+        assert "tau(B) from all its rounds" not in capsys.readouterr().err
+        assert all(0.5 < s / f < 0.6 for s, f in zip(slow, fast, strict=True)), (slow, fast)
+        assert cli(["report", args[args.index("--results") + 1], str(out / "tune.jsonl"), "-o", str(tmp_path / "rep")]) == 0
+        md = (tmp_path / "rep" / "report.md").read_text()
+        assert md.count("tune p at T=0 on humaneval, ") == 1 and md.count("tune p at T=0 on humaneval-distinct, ") == 1
+
+
 class TestCli:
     def test_results_mode_prints_and_records(self, world, tmp_path, capsys):
         """--results: the table, the checks, the server arguments and a tune record; exit 0."""
