@@ -108,15 +108,18 @@ def speedup_vs_budget(summaries: list[CellSummary], path: Path) -> str | None:
 
 
 def tau_histogram(summaries: list[CellSummary], path: Path) -> str | None:
-    """Per-request tau of DFLASH and each DDTREE budget, pooled over concurrency, lowest T."""
+    """Per-request tau of DFLASH and each DDTREE budget, pooled over concurrency, lowest T; a panel
+    a profile and prompt set (a set's tau is its prompts')."""
     spec = [s for s in summaries if s.taus]
     if not spec:
         return "no speculative cell reported spec_verify_ct, so there is no tau to plot"
-    profiles = sorted({s.cell.profile for s in spec})
+    panels = sorted({(s.cell.profile, s.cell.prompts) for s in spec})
+    several = len({prompts for _, prompts in panels}) > 1
     plt = _pyplot()
-    fig, axes = _grid(plt, len(profiles))
-    for ax, profile in zip(axes, profiles, strict=True):
-        mine = [s for s in spec if s.cell.profile == profile]
+    fig, axes = _grid(plt, len(panels))
+    colors = {label: f"C{k}" for k, label in enumerate(sorted({s.cell.label for s in spec}, key=label_order))}
+    for ax, (profile, prompts) in zip(axes, panels, strict=True):
+        mine = [s for s in spec if (s.cell.profile, s.cell.prompts) == (profile, prompts)]
         temp = min(s.cell.temperature for s in mine)
         groups: dict[str, list[float]] = {}
         for s in sorted(mine, key=lambda s: label_order(s.cell.label)):
@@ -126,11 +129,11 @@ def tau_histogram(summaries: list[CellSummary], path: Path) -> str | None:
         top = max(max(v) for v in groups.values())
         bins = [low + 0.25 * i for i in range(int((top - low) / 0.25) + 2)]
         for label, taus in groups.items():
-            ax.hist(taus, bins=bins, histtype="step", linewidth=1.5,
+            ax.hist(taus, bins=bins, histtype="step", linewidth=1.5, color=colors[label],  # one a label in every panel
                     label=f"{label} (mean {sum(taus) / len(taus):.2f})")
         ax.set_xlabel("tau per request (tokens per verify round, bonus included)")
         ax.set_ylabel("requests")
-        ax.set_title(f"{profile}, T={temp:g}")
+        ax.set_title(f"{profile} ({prompts}), T={temp:g}" if several else f"{profile}, T={temp:g}")
         ax.legend(fontsize=7)
     _save(fig, path)
     return None

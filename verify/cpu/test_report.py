@@ -191,6 +191,18 @@ class TestSpeedupPlot:
         assert not (tmp_path / "s.png").exists()
 
 
+def test_tau_histogram_is_a_panel_a_prompt_set(tmp_path: Path, monkeypatch) -> None:
+    """Cells on two prompt sets are two tau panels, each with its own mean (64 tokens in 16 or 8 rounds)."""
+    drawn = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: drawn.append(
+        {ax.get_title(): [t.get_text() for t in ax.get_legend().get_texts()] for ax in fig.axes if ax.get_legend()}))
+    rows = [request(cell("DFLASH"), i, verify=16) for i in range(4)] + \
+        [request(replace(cell("DFLASH"), prompts="humaneval-distinct"), i, verify=8) for i in range(4)]
+    assert plots.tau_histogram(summarize(rows), tmp_path / "t.png") is None
+    assert drawn == [{"p (humaneval), T=0": ["DFLASH (mean 4.00)"],
+                      "p (humaneval-distinct), T=0": ["DFLASH (mean 8.00)"]}]
+
+
 class TestTiers:
     def test_tiers_merge_runs_and_keep_skip_reasons(self) -> None:
         """A benchmark skipped by --benchmark-skip but run under --benchmark-only counts as run."""
