@@ -21,6 +21,7 @@ from typing import Any
 
 from repro.errors import UsageError
 from repro.files import is_finite_number, parse_json, read_text
+from repro.schedule import BudgetSchedule
 
 
 @dataclass(frozen=True)
@@ -34,26 +35,36 @@ class Cell:
     temperature: float
     prompts: str
     max_new_tokens: int
+    schedule: str | None = None  # DDTREE with a budget schedule (repro.schedule's text); budget None then
+    request_rate: float | None = None  # open loop: Poisson arrivals per second, concurrency their cap
 
     @property
     def key(self) -> str:
-        """The cell as canonical JSON, to match records against cells."""
-        return json.dumps(asdict(self), sort_keys=True)
+        """The cell as canonical JSON, to match records against cells (the optional fields only
+        when set, so a cell keeps the key it had before they existed)."""
+        fields = {k: v for k, v in asdict(self).items() if v is not None or k not in OPTIONAL_CELL_FIELDS}
+        return json.dumps(fields, sort_keys=True)
 
     @property
     def label(self) -> str:
-        """The algorithm, with the budget for DDTREE (``"DDTREE B=16"``)."""
-        return f"{self.algorithm} B={self.budget}" if self.algorithm == "DDTREE" else self.algorithm
+        """The algorithm, with the budget or schedule for DDTREE (``"DDTREE B=16"``, ``"DDTREE S=1:63,16:15"``)."""
+        if self.algorithm != "DDTREE":
+            return self.algorithm
+        return f"DDTREE S={self.schedule}" if self.schedule is not None else f"DDTREE B={self.budget}"
 
 
+OPTIONAL_CELL_FIELDS = ("schedule", "request_rate")
 ALGORITHM_ORDER = {"AR": 0, "DFLASH": 1, "DDTREE": 2}
 KINDS = ("run", "server", "request", "tune")  # tune: `repro tune`'s result, read by `repro report`
 
 
-def label_order(label: str) -> tuple[int, int]:
-    """Sort key of a cell label: AR, DFLASH, then DDTREE by budget (``"DDTREE B=16"``)."""
+def label_order(label: str) -> tuple[int, int, str]:
+    """Sort key of a cell label: AR, DFLASH, DDTREE by budget (``"DDTREE B=16"``), then schedules."""
     algorithm, _, budget = label.partition(" B=")
-    return ALGORITHM_ORDER.get(algorithm, 3), int(budget or 0)
+    if " S=" in label:
+        algorithm, _, schedule = label.partition(" S=")
+        return ALGORITHM_ORDER.get(algorithm, 3), 1 << 30, schedule
+    return ALGORITHM_ORDER.get(algorithm, 3), int(budget or 0), ""
 
 
 class ResultsWriter:
@@ -160,6 +171,8 @@ _CELL_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "temperature": (_is_seconds, "a finite number >= 0"),
     "prompts": (lambda v: isinstance(v, str), "a string"),
     "max_new_tokens": (lambda v: _is_int(v, 1), "an integer >= 1"),
+    "schedule": (lambda v: v is None or _is_schedule(v), "a budget schedule (e.g. '1:63,16:15') or null"),
+    "request_rate": (lambda v: v is None or (is_finite_number(v) and v > 0), "a number > 0 or null"),
 }
 _REQUEST_FIELDS: dict[str, tuple[Callable[[Any], bool], str, bool]] = {  # check, expected, required
     "session": (lambda v: isinstance(v, str), "a string", True),
@@ -218,16 +231,32 @@ def _check_request(record: dict[str, Any], fail: Callable[[str], None]) -> None:
             fail(f"key '{key}' must be {expected} (got {record[key]!r:.60})")
     if record["end"] < record["start"]:
         fail(f"key 'end' must be >= start ({record['start']}) (got {record['end']})")
-    cell = record.get("cell")
-    if not isinstance(cell, dict) or set(cell) != set(_CELL_FIELDS):
-        fail(f"key 'cell' must be an object with exactly the keys {', '.join(_CELL_FIELDS)} "
-             f"(got {cell!r:.80})")
+    _check_cell(record.get("cell"), fail)
+
+
+def _check_cell(cell: Any, fail: Callable[[str], None]) -> None:
+    required = set(_CELL_FIELDS) - set(OPTIONAL_CELL_FIELDS)
+    if not isinstance(cell, dict) or not required <= set(cell) <= set(_CELL_FIELDS):
+        fail(f"key 'cell' must be an object with the keys {', '.join(sorted(required))} (and optionally "
+             f"{', '.join(OPTIONAL_CELL_FIELDS)}) (got {cell!r:.80})")
     for key, (ok, expected) in _CELL_FIELDS.items():
-        if not ok(cell[key]):
+        if key in cell and not ok(cell[key]):
             fail(f"key 'cell.{key}' must be {expected} (got {cell[key]!r:.60})")
-    if (cell["algorithm"] == "DDTREE") != (cell["budget"] is not None):
-        fail(f"key 'cell.budget' must be set for DDTREE and only for DDTREE (got {cell['budget']!r} "
+    scheduled = cell.get("schedule") is not None
+    if (cell["algorithm"] == "DDTREE" and not scheduled) != (cell["budget"] is not None):
+        fail(f"key 'cell.budget' must be set for DDTREE without a schedule and only then (got {cell['budget']!r} "
              f"for {cell['algorithm']})")
+    if scheduled and cell["algorithm"] != "DDTREE":
+        fail(f"key 'cell.schedule' must be null for {cell['algorithm']} (got {cell['schedule']!r:.40})")
+
+
+def _is_schedule(value: Any) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        return BudgetSchedule.parse(value).text == value
+    except ValueError:
+        return False
 
 
 def results_files(paths: Iterable[Path]) -> list[Path]:
@@ -317,8 +346,8 @@ def summarize(records: Iterable[dict[str, Any]]) -> list[CellSummary]:
     pooled = {s.cell.key: s.output_tok_s for s in summaries}
     in_session = _session_tok_s(by_cell, cells)
     for s in summaries:
-        ar = replace(s.cell, algorithm="AR", budget=None).key
-        dflash = replace(s.cell, algorithm="DFLASH", budget=None).key
+        ar = replace(s.cell, algorithm="AR", budget=None, schedule=None).key
+        dflash = replace(s.cell, algorithm="DFLASH", budget=None, schedule=None).key
         dflash_over_ar = _side_by_side(dflash, ar, in_session)
         through = (dflash, dflash_over_ar) if dflash_over_ar else None
         s.speedup = _either(_side_by_side(s.cell.key, ar, in_session, through=through), s.output_tok_s, pooled.get(ar))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from repro.errors import UsageError
 from repro.evidence.results import (
     HEADERS,
+    Cell,
     ResultsWriter,
     finished,
     format_table,
@@ -140,7 +142,7 @@ class TestSummaries:
                 request(cell("DFLASH"), 0), request(cell(), 0)]
         assert [s.cell.label for s in summarize(rows)] == ["AR", "DFLASH", "DDTREE B=8",
                                                            "DDTREE B=64"]
-        assert label_order("DDTREE B=16") == (2, 16)
+        assert label_order("DDTREE B=16") < label_order("DDTREE B=64") < label_order("DDTREE S=1:63,16:15")
 
 
 class TestTables:
@@ -151,3 +153,30 @@ class TestTables:
         assert md[0].startswith("| profile | algorithm") and md[1].startswith("|---")
         text = format_table(HEADERS, rows, markdown=False).splitlines()
         assert text[0].startswith("profile") and set(text[1]) <= {"-", " "}
+
+
+class TestOptionalCellFields:
+    def test_a_cell_without_them_keeps_its_key(self):
+        """The schedule and request-rate fields enter a cell's key only when set."""
+        plain = cell("DDTREE", 16)
+        fields = {k: v for k, v in asdict(plain).items() if k not in ("schedule", "request_rate")}
+        assert plain.key == json.dumps(fields, sort_keys=True)
+        assert replace(plain, request_rate=2.0).key != plain.key
+
+    def test_schedule_cells_are_checked(self, tmp_path: Path):
+        """A DDTREE schedule cell has no budget; a schedule on another algorithm, or a malformed
+        one, is refused naming the key; records written before the fields existed still read."""
+        sched = replace(cell("DDTREE", None), schedule="1:63,16:15")
+        old = request(cell("DDTREE", 8), 0)
+        old["cell"] = {k: v for k, v in old["cell"].items() if k not in ("schedule", "request_rate")}
+        good = [request(sched, 0), old, request(replace(cell(), request_rate=1.5), 0)]
+        path = tmp_path / "r.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in good))
+        assert [Cell(**r["cell"]).label for r in read_records(path)] == [
+            "DDTREE S=1:63,16:15", "DDTREE B=8", "AR"]
+        bad_cells = ((replace(sched, budget=63), "cell.budget"), (replace(cell("DFLASH"), schedule="1:4"), "cell.schedule"),
+                     (replace(sched, schedule="4:31"), "cell.schedule"), (replace(cell(), request_rate=0.0), "cell.request_rate"))
+        for bad, key in bad_cells:
+            path.write_text(json.dumps(request(bad, 0)) + "\n")
+            with pytest.raises(UsageError, match=key):
+                read_records(path)
