@@ -251,7 +251,7 @@ def decode_ddtree(
     drafter: ToyDrafter,
     prompts: torch.Tensor,
     new_tokens: int,
-    budget: int,
+    budget: int | Callable[[int], int],
     sampling: Sampling,
     seed: int = 0,
     keep_trees: int = 0,
@@ -259,9 +259,12 @@ def decode_ddtree(
 ) -> Decoded:
     """DDTree decoding with the toy pair; every request runs until it has ``new_tokens``.
 
+    ``budget`` is B, or B as a function of the round's batch size (a budget schedule,
+    ``repro.schedule.BudgetSchedule.budget``, or any rule: each round builds its own tree).
     ``on_round``, when given, is called once per round with the round and the cache it verified
     against (recording, tests).
     """
+    budget_of = budget if callable(budget) else lambda _bs: budget
     gen = torch.Generator().manual_seed(seed)
     cap = prompts.shape[1] + new_tokens + 2 * drafter.horizon + 2  # + last-round overshoot + rollout
     cache, roots = prefill(target, prompts, cap, sampling, gen)
@@ -271,7 +274,7 @@ def decode_ddtree(
     while live:
         rows = drafter.draft(roots, cache)
         before = cache.clone() if on_round is not None else None
-        rnd = toy_round(target, rows, cache, roots, budget, sampling, gen)
+        rnd = toy_round(target, rows, cache, roots, budget_of(len(live)), sampling, gen)
         if on_round is not None:
             on_round(ToyRound(list(live), rows, roots, before, rnd))
         taus = rnd.accepted.accept_len.tolist()

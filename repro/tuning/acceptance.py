@@ -4,7 +4,9 @@ For a round whose accepted path holds node ids ``a_1 < a_2 < ...`` (root exclude
 any budget B' <= B is the first B' + 1 rows of the recorded tree, and the target's token at a node
 depends only on the node's path, so the walk on the B' tree accepts exactly the path nodes with
 id <= B': ``tau(B') = 1 + #(a_i <= B')`` (:func:`tau_at`). The DFLASH chain's tau on the same
-rows is decided, or bounded, by the chain fields (:func:`chain_tau`).
+rows is decided, or bounded, by the chain fields (:func:`chain_tau`). A server with a budget
+schedule records each round at its own budget: tau(B') then comes from the rounds whose budget is
+at least B' (a round of a smaller tree says nothing about a larger one).
 
 Estimates average tau over recorded rounds, which is tokens per round of a decode at B' (a
 decode's tau is total tokens over total rounds). Their 95% intervals treat each request as one
@@ -42,6 +44,8 @@ class Round:
     path: tuple[int, ...]  # accepted node ids, root excluded, increasing
     rank0: tuple[int, ...] | None  # per path node: 1 if it holds its depth's rank-0 token
     chain: int | None  # depths of the all-rank-0 chain present in the tree
+    budget: int | None = None  # the round's own budget (None: the recording's; a schedule runs several)
+    graph: bool | None = None  # whether the round's verify replayed a CUDA graph (None: not recorded)
 
 
 @dataclass
@@ -103,17 +107,22 @@ class Estimate:
 
 
 def ratio_estimates(y: np.ndarray, x: np.ndarray) -> list[Estimate]:
-    """Estimates of sum(y)/sum(x) per column of ``y`` [requests, columns] over ``x`` [requests]."""
-    n = len(x)
-    total_x = float(x.sum())
-    ratio = y.sum(0) / total_x
-    if n < 2:
-        half = np.zeros_like(ratio)
-    else:
-        resid = y - ratio[None, :] * x[:, None]
-        half = Z95 * np.sqrt((resid**2).sum(0) / (n * (n - 1))) / (total_x / n)
-    return [Estimate(float(v), float(v - h), float(v + h), int(total_x), n)
-            for v, h in zip(ratio, half, strict=True)]
+    """Estimates of sum(y)/sum(x) per column of ``y`` [requests, columns] over ``x`` [requests] (or
+    [requests, columns]: each column its own denominators); a request with x = 0 in a column does
+    not count there, and a column no request reaches is NaN."""
+    x = np.broadcast_to(x[:, None] if x.ndim == 1 else x, y.shape)
+    out = []
+    for col in range(y.shape[1]):
+        keep = x[:, col] > 0
+        yc, xc = y[keep, col], x[keep, col]
+        n, total_x = len(xc), float(xc.sum())
+        if not n:
+            out.append(Estimate(float("nan"), float("nan"), float("nan"), 0, 0))
+            continue
+        ratio = float(yc.sum()) / total_x
+        half = 0.0 if n < 2 else Z95 * float(np.sqrt(((yc - ratio * xc) ** 2).sum() / (n * (n - 1)))) / (total_x / n)
+        out.append(Estimate(ratio, ratio - half, ratio + half, int(total_x), n))
+    return out
 
 
 def _by_request(rounds: Sequence[Round]) -> dict[str, list[Round]]:
@@ -124,16 +133,26 @@ def _by_request(rounds: Sequence[Round]) -> dict[str, list[Round]]:
 
 
 def budget_taus(rounds: Sequence[Round], budget: int) -> list[Estimate]:
-    """Tau for every B' in 0..``budget`` (index B') over ``rounds``."""
+    """Tau for every B' in 0..``budget`` (index B') over the ``rounds`` whose budget is at least B'."""
     groups = list(_by_request(rounds).values())
     y = np.zeros((len(groups), budget + 1))
-    x = np.zeros(len(groups))
+    x = np.zeros((len(groups), budget + 1))
     for i, group in enumerate(groups):
-        ids = [a for r in group for a in r.path]
-        counts = np.bincount(np.asarray(ids, dtype=np.int64), minlength=budget + 1)[: budget + 1]
-        y[i] = len(group) + np.cumsum(counts)  # sum over rounds of 1 + #(ids <= B')
-        x[i] = len(group)
+        for r in group:
+            reach = (budget if r.budget is None else min(r.budget, budget)) + 1  # B' < reach: subtrees of its tree
+            counts = np.bincount(np.asarray(r.path, dtype=np.int64), minlength=budget + 1)[:reach]
+            y[i, :reach] += 1 + np.cumsum(counts)  # 1 + #(ids <= B')
+            x[i, :reach] += 1
     return ratio_estimates(y, x)
+
+
+def budgets_run(rounds: Sequence[Round]) -> dict[int, int]:
+    """{budget: rounds} of the rounds (one entry for a fixed-budget server)."""
+    out: dict[int, int] = {}
+    for r in rounds:
+        if r.budget is not None:
+            out[r.budget] = out.get(r.budget, 0) + 1
+    return dict(sorted(out.items()))
 
 
 @dataclass(frozen=True)
@@ -225,10 +244,18 @@ def _add(data: Any, recordings: dict[str, Recording]) -> None:
 
 def _round(data: dict[str, Any], owner: Recording) -> Round:
     path = tuple(_need(data, "path", list))
-    deepest = min(owner.horizon, owner.budget)
+    budget = _need(data, "budget", int, 0) if "budget" in data else owner.budget
+    if budget > owner.budget:
+        msg = f"'budget' must be at most the recording's {owner.budget} (got {budget})"
+        raise ValueError(msg)
+    graph = data.get("graph")
+    if graph is not None and not isinstance(graph, bool):
+        msg = f"'graph' must be true or false (got {graph!r})"
+        raise ValueError(msg)
+    deepest = min(owner.horizon, budget)
     if any(isinstance(a, bool) or not isinstance(a, int) for a in path) or len(path) > deepest \
-            or list(path) != sorted(set(path)) or (path and not 1 <= path[0] <= path[-1] <= owner.budget):
-        msg = f"'path' must be at most {deepest} increasing node ids in 1..{owner.budget} (got {list(path)})"
+            or list(path) != sorted(set(path)) or (path and not 1 <= path[0] <= path[-1] <= budget):
+        msg = f"'path' must be at most {deepest} increasing node ids in 1..{budget} (got {list(path)})"
         raise ValueError(msg)
     rank0, chain = data.get("rank0"), data.get("chain")
     if (rank0 is None) != (chain is None):
@@ -245,7 +272,7 @@ def _round(data: dict[str, Any], owner: Recording) -> Round:
         rank0 = tuple(rank0)
     return Round(step=_need(data, "step", int, 0), req=_need(data, "req", str),
                  prompts=data.get("prompts") or NO_PROMPTS, bs=_need(data, "bs", int, 1),
-                 path=path, rank0=rank0, chain=chain)
+                 path=path, rank0=rank0, chain=chain, budget=budget, graph=graph)
 
 
 def prompt_sets(recording: Recording) -> dict[str, list[Round]]:

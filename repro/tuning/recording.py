@@ -14,6 +14,7 @@ File format: JSON lines, appended; several recordings may share a file. A header
 then one line per request and round::
 
     {"kind": "round", "rec": ID, "step": S, "req": REQUEST_ID, "prompts": NAME, "bs": BS,
+     "budget": B_ROUND, "graph": true|false,
      "path": [node ids, root excluded, increasing], "rank0": [0|1 per path node], "chain": C}
 
 ``step`` counts the recorder's rounds (0, 1, ...); a request's own rounds are its lines in step
@@ -22,6 +23,9 @@ stack fingerprint of :func:`repro.stack.pins.fingerprint` and the engine's confi
 recordings of one deployment compare equal. ``rank0`` and ``chain`` are the
 :class:`repro.ddtree.ChainFields` (absent when the engine does not pass them). ``prompts`` is
 the part of the request id before its first ``/`` when there is one, else the header's.
+``budget`` is the round's own budget (a server with a budget schedule runs several; the header's
+is the largest, absent: the header's) and ``graph`` whether the round's target verify replayed a
+CUDA graph (absent when the engine does not say).
 
 Writing never synchronises with the GPU: :meth:`Recorder.record` packs the round's tensors on
 their device, copies them into a pinned host buffer with ``non_blocking=True`` and records a
@@ -123,11 +127,16 @@ class Recorder:
                    source=source, finished_tokens=finished_tokens)
 
     def record(self, request_ids: Sequence[str], accept_index: torch.Tensor, accept_len: torch.Tensor,
-               chain: ChainFields | None = None, handles: Sequence[Any] | None = None) -> None:
+               chain: ChainFields | None = None, handles: Sequence[Any] | None = None, *,
+               budget: int | None = None, graph: bool | None = None) -> None:
         """Record one round: ``accept_index`` [bs, L+1] int64 (node ids root first, -1 padded, as
         ``WalkResult.accept_index``), ``accept_len`` [bs] (tau), ``chain`` fields [bs, L] / [bs],
         the host-side id of each batch row and, for the over-run filter, the engine's request
-        objects (``handles``). No host synchronisation."""
+        objects (``handles``); the round's ``budget`` (at most the header's) and whether its verify
+        replayed a ``graph``. No host synchronisation."""
+        if budget is not None and not 0 <= budget <= self.budget:
+            msg = f"a round's budget must be in 0..{self.budget}, the recording's (got {budget})"
+            raise ValueError(msg)
         import torch
 
         bs = len(request_ids)
@@ -144,7 +153,8 @@ class Recorder:
         if chain is not None:
             cols += [chain.in_tree[:, None], chain.rank0]
         packed = torch.cat([c.to(torch.int64) for c in cols], 1)
-        meta = _Batch(self.step, tuple(request_ids), chain is not None, None if handles is None else tuple(handles))
+        meta = _Batch(self.step, tuple(request_ids), chain is not None, None if handles is None else tuple(handles),
+                      budget, graph)
         self.step += 1
         if packed.device.type != "cuda":
             self._write_batch(packed.tolist(), meta)
@@ -156,12 +166,12 @@ class Recorder:
         self._ring.push(packed, meta)
 
     def record_round(self, request_ids: Sequence[str], tree: DraftTree, rank0_ids: torch.Tensor,
-                     result: WalkResult, handles: Sequence[Any] | None = None) -> None:
-        """:meth:`record` with the chain fields of ``tree`` (``rank0_ids`` [bs, L]: ``TopK.ids[:, :, 0]``)."""
+                     result: WalkResult, handles: Sequence[Any] | None = None, *, graph: bool | None = None) -> None:
+        """:meth:`record` with the chain fields and budget of ``tree`` (``rank0_ids`` [bs, L]: ``TopK.ids[:, :, 0]``)."""
         from repro.ddtree import chain_fields
 
         self.record(request_ids, result.accept_index, result.accept_len, chain_fields(tree, rank0_ids, result),
-                    handles)
+                    handles, budget=tree.budget, graph=graph)
 
     def close(self) -> None:
         """Wait for the batches still in flight, write them and close the file (idempotent)."""
@@ -190,6 +200,10 @@ class Recorder:
             line = {"kind": ROUND, "rec": self.rec, "step": meta.step, "req": request,
                     "prompts": prompts_of(request, self.prompts), "bs": len(meta.requests),
                     "path": row[2 : 1 + tau]}
+            if meta.budget is not None:
+                line["budget"] = meta.budget
+            if meta.graph is not None:
+                line["graph"] = meta.graph
             if meta.chain:
                 line["rank0"] = row[2 + width : 1 + width + tau]
                 line["chain"] = row[1 + width]
@@ -219,6 +233,8 @@ class _Batch:
     requests: tuple[str, ...]
     chain: bool
     handles: tuple[Any, ...] | None
+    budget: int | None = None
+    graph: bool | None = None
 
 
 class StagingRing:

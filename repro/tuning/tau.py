@@ -19,7 +19,7 @@ from typing import Any
 from repro.argtypes import number
 from repro.errors import UsageError
 from repro.evidence.results import format_table, load_records
-from repro.tuning.acceptance import Recording, budget_taus, chain_estimate, prompt_sets, read_recordings
+from repro.tuning.acceptance import Recording, budget_taus, budgets_run, chain_estimate, prompt_sets, read_recordings
 from repro.tuning.recommend import cell_requests
 
 
@@ -56,7 +56,8 @@ def summarize(recording: Recording, budgets: list[int] | None) -> dict[str, Any]
         chain = chain_estimate(rounds, recording.horizon)
         groups.append({"prompts": prompts, "rounds": len(rounds),
                        "requests": len({r.req for r in rounds}),
-                       "tau": [{"budget": b, **taus[b].as_dict()} for b in wanted],
+                       "budgets": {str(b): n for b, n in budgets_run(rounds).items()},
+                       "tau": [{"budget": b, **taus[b].as_dict()} for b in wanted if taus[b].requests],
                        "chain": None if chain is None else chain.as_dict()})
     header = recording.header
     return {"rec": recording.rec, "algorithm": recording.algorithm, "budget": recording.budget,
@@ -71,7 +72,10 @@ def _table(summary: dict[str, Any]) -> str:
     if not summary["groups"]:
         out.append("  no rounds recorded")
     for group in summary["groups"]:
-        out.append(f"\nprompts {group['prompts']}: {group['rounds']} rounds of {group['requests']} requests")
+        runs = group.get("budgets") or {}
+        mixed = f" at budgets {', '.join(f'{b} ({n})' for b, n in runs.items())}" if len(runs) > 1 else ""
+        out.append(f"\nprompts {group['prompts']}: {group['rounds']} rounds of {group['requests']} requests{mixed}"
+                   + ("; tau(B') from the rounds of budget >= B'" if mixed else ""))
         rows = [[str(t["budget"]), f"{t['tau']:.3f}", f"{t['low']:.3f}-{t['high']:.3f}"] for t in group["tau"]]
         out.append(format_table(("B'", "tau", "95% CI"), rows, markdown=False))
         chain = group["chain"]

@@ -17,6 +17,7 @@ from repro.tuning.acceptance import (
     Recording,
     Round,
     budget_taus,
+    budgets_run,
     chain_estimate,
     prompt_sets,
     ratio_estimates,
@@ -54,7 +55,7 @@ class TestBudgetPrefix:
 
 def _round(req: str, path: tuple[int, ...], **kw) -> Round:
     return Round(step=kw.get("step", 0), req=req, prompts=kw.get("prompts", "-"), bs=1, path=path,
-                 rank0=kw.get("rank0"), chain=kw.get("chain"))
+                 rank0=kw.get("rank0"), chain=kw.get("chain"), budget=kw.get("budget"))
 
 
 class TestEstimates:
@@ -65,6 +66,17 @@ class TestEstimates:
         for b in range(10):
             assert taus[b].value == pytest.approx(sum(tau_at(r.path, b) for r in rounds) / 4)
         assert (taus[9].rounds, taus[9].requests) == (4, 2)
+
+    def test_mixed_budgets_count_only_the_rounds_that_reach_b(self):
+        """With a schedule's rounds at several budgets, tau(B') averages the rounds of budget >= B'."""
+        rounds = [_round("a", (1, 3), budget=3), _round("a", (2, 5, 9), budget=9), _round("b", (4,), budget=4)]
+        taus = budget_taus(rounds, 9)
+        for b in range(10):
+            reach = [r for r in rounds if r.budget >= b]
+            assert taus[b].value == pytest.approx(sum(tau_at(r.path, b) for r in reach) / len(reach))
+            assert taus[b].rounds == len(reach)
+        assert (taus[9].requests, taus[4].requests, taus[3].requests) == (1, 2, 2)
+        assert budgets_run(rounds) == {3: 1, 4: 1, 9: 1}
 
     def test_interval_is_the_cluster_ratio_interval(self):
         """The 95% interval is R +- 1.96 sqrt(sum (y - R x)^2 / (n (n-1))) / xbar over requests."""
@@ -126,8 +138,18 @@ class TestReadRecordings:
         first, second = read_recordings(path)
         assert (first.budget, second.budget) == (8, 2)
         assert [r.step for r in first.rounds] == [0, 1]
-        assert first.rounds[0] == Round(0, "p/0", "p", 1, (1, 4), (1, 0), 2)
+        assert first.rounds[0] == Round(0, "p/0", "p", 1, (1, 4), (1, 0), 2, budget=8)  # a line without one: the header's
         assert second.rounds[0].path == (2,)
+
+    def test_rounds_carry_their_own_budget(self, tmp_path):
+        """A schedule's rounds name their budget (at most the header's, bounding the path) and graph flag."""
+        path = _write(tmp_path, HEADER, _line(budget=4, graph=True), _line(step=1, path=[7], rank0=[0], chain=0))
+        (rec,) = read_recordings(path)
+        assert [(r.budget, r.graph) for r in rec.rounds] == [(4, True), (8, None)]
+        for bad, message in (({"budget": 9}, "at most the recording's 8"), ({"budget": 4, "path": [5]}, "in 1..4"),
+                             ({"graph": 1}, "'graph' must be true or false")):
+            with pytest.raises(UsageError, match=message):
+                read_recordings(_write(tmp_path, HEADER, _line(**bad)))
 
     @pytest.mark.parametrize(("record", "message"), [
         ({**HEADER, "schema": 2}, "schema 2 is not supported (this reader knows 1)"),

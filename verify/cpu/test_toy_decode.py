@@ -7,6 +7,7 @@ target's exact distribution (chi-square, alpha and sample count from thresholds.
 
 from __future__ import annotations
 
+import random
 import tomllib
 from importlib import resources
 
@@ -14,6 +15,7 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
+from repro.schedule import BudgetSchedule
 from repro.toy import Sampling, ToyDrafter, ToyTarget, decode_ar, decode_ddtree, prefill
 
 STATS = tomllib.loads(resources.files("repro.data").joinpath("thresholds.toml").read_text())["stats"]
@@ -49,6 +51,40 @@ class TestGreedyLossless:
             taus = [t for rnd in dd.taus for t in rnd]
             means.append(sum(taus) / len(taus))
         assert means[0] < means[1] < means[2]
+
+
+class TestBudgetPerRound:
+    @pytest.mark.parametrize("seed", [0, 1, 2])
+    def test_a_random_budget_each_round_equals_ar(self, seed):
+        """Greedy decoding with a new random budget every round (0 to wider than the horizon)
+        emits AR's tokens: nothing a round keeps depends on the budget of the round before."""
+        target = ToyTarget(seed=seed)
+        prompts = _prompts(4, 9, target.vocab, seed)
+        rng = random.Random(seed)  # noqa: S311 - a seeded test sequence
+        used = []
+
+        def budget(_bs: int) -> int:
+            used.append(rng.choice([0, 1, 3, 7, 15, 16, 40]))
+            return used[-1]
+
+        ar = decode_ar(target, prompts, 40, Sampling())
+        dd = decode_ddtree(target, ToyDrafter(target, seed=seed + 10), prompts, 40, budget, Sampling(),
+                           on_round=lambda rnd: used.append(-rnd.out.tree.budget))
+        assert dd.tokens == ar.tokens
+        chosen, built = used[0::2], [-b for b in used[1::2]]
+        assert chosen == built and len(set(chosen)) >= 4  # each round built the tree it was given
+
+    def test_a_schedule_follows_the_running_batch(self):
+        """With a schedule, each round's budget is the schedule's at the batch still running."""
+        target = ToyTarget(seed=5)
+        prompts = _prompts(4, 9, target.vocab, 5)
+        schedule = BudgetSchedule.parse("1:24,2:8,4:2")
+        seen = []  # requests reach their 40 tokens at different rounds, so the batch shrinks 4 -> 1
+        dd = decode_ddtree(target, ToyDrafter(target, seed=15), prompts, 40, schedule.budget, Sampling(),
+                           on_round=lambda rnd: seen.append((len(rnd.requests), rnd.out.tree.budget)))
+        assert all(b == schedule.budget(bs) for bs, b in seen)
+        assert {b for _, b in seen} >= {2, 24}
+        assert dd.tokens == decode_ar(target, prompts, 40, Sampling()).tokens
 
 
 def _rule_probs(logits: torch.Tensor, rule: Sampling) -> torch.Tensor:
@@ -117,6 +153,16 @@ class TestSamplingLossless:
         assert _chi_square_p(samples, probs) > STATS["alpha"]
         flat = [t for rnd in taus for t in rnd]
         assert sum(flat) / len(flat) > 1.3  # the tree, not just the root, produced tokens
+
+    def test_a_random_budget_each_round_keeps_the_distribution(self):
+        """With a random budget every round (0 to 12, horizon 4), the first three tokens still pass
+        the chi-square test against the target's exact distribution."""
+        target = ToyTarget(vocab=6, dim=8, seed=3, sharpness=1.5)
+        rule = Sampling(temperature=0.9)
+        rng = random.Random(4)  # noqa: S311 - a seeded test sequence
+        prompt, samples, _ = _ddtree_samples(target, rule, lambda _bs: rng.choice([0, 1, 2, 5, 12]),
+                                             STATS["samples"], seed=11)
+        assert _chi_square_p(samples, _exact_three_token_distribution(target, prompt, rule)) > STATS["alpha"]
 
     def test_negative_control_detects_the_wrong_distribution(self):
         """The same test rejects (p < alpha) samples compared against a different temperature."""
