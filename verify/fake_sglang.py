@@ -30,6 +30,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from repro.schedule import BudgetSchedule
+
 READY_LINE = "The server is fired up and ready to roll!"
 
 
@@ -44,13 +46,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--speculative-algorithm", default=None)
     p.add_argument("--speculative-draft-model-path", default=None)
     p.add_argument("--speculative-ddtree-budget", type=int, default=None)
+    p.add_argument("--speculative-ddtree-budget-schedule", default=None)
     p.add_argument("--skip-tokenizer-init", action="store_true")
     p.add_argument("--fake-step-ms", type=float, default=1.0)
     p.add_argument("--fake-startup-s", type=float, default=0.2)
     p.add_argument("--fake-exit-at-start", type=int, default=None)
     p.add_argument("--fake-ignore-sigterm", action="store_true")
     p.add_argument("--fake-max-lifetime-s", type=float, default=120.0)
-    return p.parse_known_args(argv)[0]
+    args = p.parse_known_args(argv)[0]
+    if args.speculative_ddtree_budget_schedule is not None:  # as SGLang: the budget is the schedule's largest
+        args.speculative_ddtree_budget = BudgetSchedule.parse(args.speculative_ddtree_budget_schedule).max_budget
+    return args
 
 
 def mean_tau(args: argparse.Namespace, temperature: float) -> float:
@@ -103,6 +109,7 @@ class Handler(BaseHTTPRequestHandler):
                 "speculative_algorithm": a.speculative_algorithm,
                 "speculative_draft_model_path": a.speculative_draft_model_path,
                 "speculative_ddtree_budget": a.speculative_ddtree_budget,
+                "speculative_ddtree_budget_schedule": a.speculative_ddtree_budget_schedule,
                 "skip_tokenizer_init": a.skip_tokenizer_init,
                 "internal_states": [{"avg_spec_accept_length": 0.0}], "version": "0.5.17-fake"})
         else:

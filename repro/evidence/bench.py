@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import re
 import sys
 import threading
 import time
@@ -41,6 +42,7 @@ from repro.evidence.results import (
     summarize,
     table_rows,
 )
+from repro.schedule import BudgetSchedule
 from repro.serving.profiles import ALGORITHMS, Profile, load_profiles, model_path, models_dir
 from repro.serving.sglang_client import Client, parse_url
 from repro.serving.sglang_server import SGLangServer, check_models, free_port, sigterm_as_interrupt
@@ -59,6 +61,13 @@ def _url(text: str) -> str:
     return text
 
 
+def _schedule(text: str) -> str:
+    try:
+        return BudgetSchedule.parse(text).text
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _algorithms(text: str) -> list[str]:
     names = [v.strip().upper() for v in text.split(",") if v.strip()]
     bad = [n for n in names if n not in ALGORITHMS]
@@ -74,7 +83,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--algorithms", type=_algorithms, default=list(ALGORITHMS),
                         help="comma list (default AR,DFLASH,DDTREE)")
     parser.add_argument("--budgets", type=comma_list(NONNEGATIVE_INT, "integers >= 0"), default=[],
-                        help="DDTREE budgets, comma list (default: the profile's budget)")
+                        help="DDTREE budgets, comma list (default: the profile's budget or schedule)")
+    parser.add_argument("--schedules", type=_schedule, nargs="+", default=[], metavar="SCHEDULE",
+                        help="DDTREE budget schedules, each a server of its own (e.g. 1:63,4:31,16:15)")
     parser.add_argument("--concurrency", type=comma_list(POSITIVE_INT, "integers >= 1"),
                         default=[1, 4, 16], help="closed-loop clients, comma list (default 1,4,16)")
     parser.add_argument("--temperatures", type=comma_list(number(at_least=0), "finite numbers >= 0"),
@@ -151,17 +162,21 @@ def request_id(cell: Cell, session: str, index: int) -> str:
     return f"{cell.prompts.replace('/', '_')}/{session[:12]}-{digest}-{index}"
 
 
-def _variants(profile: Profile, algorithms: list[str], budgets: list[int]) -> list[Profile]:
-    """The profile once per algorithm, and once per budget for DDTREE."""
+def _variants(profile: Profile, algorithms: list[str], budgets: list[int], schedules: list[str]) -> list[Profile]:
+    """The profile once per algorithm, and once per budget and schedule for DDTREE (neither given:
+    the profile's own)."""
     out = []
     for algorithm in algorithms:
         if algorithm != "DDTREE":
             out.append(profile.with_algorithm(algorithm))
             continue
-        if not budgets and profile.budget is None:
-            msg = f"--budgets is needed: profile {profile.name!r} sets no budget"
+        if not budgets and not schedules and profile.budget is None and not profile.budget_schedule:
+            msg = f"--budgets or --schedules is needed: profile {profile.name!r} sets no budget"
             raise UsageError(msg)
-        out += [profile.with_algorithm("DDTREE", b) for b in budgets or [profile.budget]]
+        if not budgets and not schedules:
+            out.append(profile.with_algorithm("DDTREE"))
+        out += [profile.with_algorithm("DDTREE", b) for b in budgets]
+        out += [profile.with_algorithm("DDTREE", schedule=s) for s in schedules]
     return out
 
 
@@ -169,13 +184,21 @@ def _from_server_info(profile: Profile, info: dict[str, Any]) -> Profile:
     """The profile as the running server actually serves it."""
     algorithm = info.get("speculative_algorithm") or "AR"
     budget = info.get("speculative_ddtree_budget")
+    schedule = info.get("speculative_ddtree_budget_schedule")
     if not isinstance(algorithm, str) or algorithm.upper() not in ALGORITHMS:
         msg = f"the server at --url runs {algorithm!r:.40}, not one of {', '.join(ALGORITHMS)}"
         raise ReproError(msg)
     if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 0):
         msg = f"the server at --url reports speculative_ddtree_budget {budget!r:.40}, not an integer >= 0"
         raise ReproError(msg)
-    return profile.with_algorithm(algorithm, budget)
+    if schedule is not None and not isinstance(schedule, str):
+        msg = f"the server at --url reports speculative_ddtree_budget_schedule {schedule!r:.40}, not a schedule"
+        raise ReproError(msg)
+    try:
+        return profile.with_algorithm(algorithm, budget, schedule)
+    except UsageError as exc:
+        msg = f"the server at --url serves what repro cannot label: {exc}"
+        raise ReproError(msg) from None
 
 
 class Progress:
@@ -286,14 +309,14 @@ def _inputs(prompt_set: PromptSet, profile: Profile, root: Path,
 
 def _cells(profile: Profile, prompt_set: PromptSet, args: argparse.Namespace) -> list[Cell]:
     return [Cell(profile.name, profile.algorithm, profile.budget, c, t, prompt_set.name,
-                 args.max_new_tokens) for t in args.temperatures for c in args.concurrency]
+                 args.max_new_tokens, schedule=profile.budget_schedule) for t in args.temperatures for c in args.concurrency]
 
 
 def _jobs(profiles: list[Profile], root: Path, prompt_set: PromptSet,
           args: argparse.Namespace) -> list[Job]:
     """A job per server to start, each checked (models present) before anything runs."""
     jobs = []
-    for variant in (v for p in profiles for v in _variants(p, args.algorithms, args.budgets)):
+    for variant in (v for p in profiles for v in _variants(p, args.algorithms, args.budgets, args.schedules)):
         check_models(variant, root)
         inputs = _inputs(prompt_set, variant, root, args)
         jobs.append(Job(variant, _cells(variant, prompt_set, args), inputs,
@@ -445,7 +468,7 @@ def _warm_up(client: Client, job: Job, rounds: int, widths: list[int], first: in
 def _server(runner: Runner, job: Job, root: Path, args: argparse.Namespace, port: int) -> SGLangServer:
     """The (not yet started) server of ``job``, logging under ``--log-dir``."""
     profile = job.profile
-    slug = profile.label.replace(" ", "-").replace("=", "")
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", profile.label.replace("=", ""))  # "DDTREE-S1-63-16-15"
     log = args.log_dir / f"{profile.name}-{slug}-{runner.session[:8]}.log"
     server = SGLangServer(profile, port=port, models_root=root, log_path=log)
     server.client.timeout = args.request_timeout

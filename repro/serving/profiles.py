@@ -26,6 +26,7 @@ from typing import Any
 
 from repro.errors import UsageError
 from repro.files import check_name, is_finite_number, read_toml
+from repro.schedule import BudgetSchedule
 from repro.stack.pins import Target, load_stack
 
 ALGORITHMS = ("AR", "DFLASH", "DDTREE")
@@ -40,6 +41,7 @@ OWNED_SERVER_ARGS = {
     "speculative-draft-model": "drafter", "tp-size": "tp", "tensor-parallel-size": "tp",
     "ep-size": "ep", "expert-parallel-size": "ep", "ep": "ep", "moe-a2a-backend": "moe-a2a-backend",
     "speculative-algorithm": "algorithm", "speculative-ddtree-budget": "budget",
+    "speculative-ddtree-budget-schedule": "budget-schedule",
     "attention-backend": "attention-backend",
     "speculative-draft-attention-backend": "draft-attention-backend",
     "cuda-graph-bs-decode": "cuda-graph-bs", "cuda-graph-backend-decode": "cuda-graph-bs",
@@ -82,6 +84,7 @@ class Profile:
     ep: int = 1
     moe_a2a_backend: str = "none"
     budget: int | None = None
+    budget_schedule: str | None = None  # DDTREE's budget per batch size (repro.schedule's text), instead of budget
     cuda_graph_bs: tuple[int, ...] = ()
     cuda_graph_max_tokens: int | None = None
     tokenizer: str = "model"
@@ -94,19 +97,32 @@ class Profile:
 
     @property
     def label(self) -> str:
-        """Algorithm with its budget, e.g. ``DDTREE B=32``."""
-        return f"{self.algorithm} B={self.budget}" if self.algorithm == "DDTREE" else self.algorithm
+        """Algorithm with its budget or schedule, e.g. ``DDTREE B=32``, ``DDTREE S=1:63,16:15``."""
+        if self.algorithm != "DDTREE":
+            return self.algorithm
+        return f"DDTREE S={self.budget_schedule}" if self.budget_schedule else f"DDTREE B={self.budget}"
+
+    @property
+    def schedule(self) -> BudgetSchedule | None:
+        """DDTREE's budget per batch size (a fixed budget B is ``1:B``); None for AR and DFLASH."""
+        if self.algorithm != "DDTREE":
+            return None
+        if self.budget_schedule:
+            return BudgetSchedule.parse(self.budget_schedule)
+        return None if self.budget is None else BudgetSchedule.fixed(self.budget)
 
     @property
     def graph_bs(self) -> tuple[int, ...]:
         """The decode CUDA-graph batch sizes captured: ``cuda-graph-bs`` up to where a DDTREE
-        verify's bs x (B + 1) tokens pass ``cuda-graph-max-tokens``; larger batches run eager."""
-        if self.cuda_graph_max_tokens is None or self.algorithm != "DDTREE" or self.budget is None:
+        verify's bs x (B(bs) + 1) tokens pass ``cuda-graph-max-tokens``; larger batches run eager."""
+        schedule = self.schedule
+        if self.cuda_graph_max_tokens is None or schedule is None:
             return self.cuda_graph_bs
-        return tuple(b for b in self.cuda_graph_bs if b * (self.budget + 1) <= self.cuda_graph_max_tokens)
+        return tuple(b for b in self.cuda_graph_bs if b * (schedule.budget(b) + 1) <= self.cuda_graph_max_tokens)
 
-    def with_algorithm(self, algorithm: str, budget: int | None = None) -> Profile:
-        """The same deployment running another algorithm (budget only for DDTREE)."""
+    def with_algorithm(self, algorithm: str, budget: int | None = None, schedule: str | None = None) -> Profile:
+        """The same deployment running another algorithm (a budget or a schedule only for DDTREE;
+        neither: the profile's own)."""
         algorithm = algorithm.upper()
         if algorithm not in ALGORITHMS:
             msg = f"algorithm must be one of {', '.join(ALGORITHMS)} (got {algorithm!r})"
@@ -114,13 +130,22 @@ class Profile:
         if algorithm != "AR" and not self.drafter:
             msg = f"profile {self.name!r}: {algorithm} needs a 'drafter' key (none set)"
             raise UsageError(msg)
-        if algorithm == "DDTREE":
-            budget = self.budget if budget is None else budget
-            if budget is None or budget < 0:
-                msg = f"DDTREE budget must be an integer >= 0 (got {budget!r})"
-                raise UsageError(msg)
-        return dataclasses.replace(self, algorithm=algorithm,
-                                   budget=budget if algorithm == "DDTREE" else None)
+        if algorithm != "DDTREE":
+            return dataclasses.replace(self, algorithm=algorithm, budget=None, budget_schedule=None)
+        if schedule is not None:
+            try:
+                text = BudgetSchedule.parse(schedule).text
+            except ValueError as exc:
+                msg = f"DDTREE budget schedule: {exc}"
+                raise UsageError(msg) from None
+            return dataclasses.replace(self, algorithm=algorithm, budget=None, budget_schedule=text)
+        if budget is None and self.budget_schedule:
+            return dataclasses.replace(self, algorithm=algorithm)
+        budget = self.budget if budget is None else budget
+        if budget is None or budget < 0:
+            msg = f"DDTREE budget must be an integer >= 0 (got {budget!r})"
+            raise UsageError(msg)
+        return dataclasses.replace(self, algorithm=algorithm, budget=budget, budget_schedule=None)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form, the inverse of :meth:`from_dict`."""
@@ -217,7 +242,7 @@ class _Table:
 
 PROFILE_KEYS = {
     "description", "target", "machine", "interconnect", "model", "drafter", "tp", "ep",
-    "moe-a2a-backend", "algorithm", "budget", "attention-backend", "draft-attention-backend",
+    "moe-a2a-backend", "algorithm", "budget", "budget-schedule", "attention-backend", "draft-attention-backend",
     "cuda-graph-bs", "cuda-graph-max-tokens", "tokenizer", "load-format", "port", "start-timeout",
     "thresholds", "sglang", "launch-module", "env",
 }
@@ -288,8 +313,9 @@ def _profile(name: str, data: dict[str, Any], where: str, targets: dict[str, Tar
         t.fail("ep", f"must equal tp={tp} with moe-a2a-backend deepep (got {ep})")
     algorithm = t.choice("algorithm", ALGORITHMS, required=True)
     budget = t.get("budget", int)
-    if algorithm == "DDTREE" and budget is None:
-        t.fail("budget", "is required when algorithm is DDTREE")
+    schedule = _schedule(t)
+    if algorithm == "DDTREE" and (budget is None) == (schedule is None):
+        t.fail("budget", "or 'budget-schedule' (one of them) is required when algorithm is DDTREE")
     if budget is not None and budget < 0:
         t.fail("budget", f"must be an integer >= 0 (got {budget})")
     drafter = t.get("drafter", str)
@@ -327,13 +353,27 @@ def _profile(name: str, data: dict[str, Any], where: str, targets: dict[str, Tar
         description=t.get("description", str, ""), machine=t.get("machine", str, ""),
         interconnect=t.choice("interconnect", INTERCONNECTS, default="nvlink"),
         drafter=drafter, ep=ep, moe_a2a_backend=a2a,
-        budget=budget if algorithm == "DDTREE" else None, cuda_graph_bs=tuple(graph_bs),
+        budget=budget if algorithm == "DDTREE" else None,
+        budget_schedule=schedule.text if algorithm == "DDTREE" and schedule is not None else None,
+        cuda_graph_bs=tuple(graph_bs),
         cuda_graph_max_tokens=graph_tokens,
         tokenizer=t.choice("tokenizer", TOKENIZERS, default="model"),
         load_format=t.get("load-format", str, "auto"), port=port,
         start_timeout=float(start_timeout), launch_module=launch_module,
         sglang=dict(sglang), env=dict(env),
     )
+
+
+def _schedule(t: _Table) -> BudgetSchedule | None:
+    """The ``budget-schedule`` key: a table ``{ 1 = 63, 16 = 15 }`` or its text ``"1:63,16:15"``."""
+    value = t.get("budget-schedule", (dict, str))
+    if value is None:
+        return None
+    try:
+        return BudgetSchedule.from_mapping(value) if isinstance(value, dict) else BudgetSchedule.parse(value)
+    except ValueError as exc:
+        t.fail("budget-schedule", f"is not a budget schedule: {exc}")
+    return None
 
 
 def load_profiles(path: str | Path | None = None,

@@ -23,7 +23,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``repro serve``."""
     parser.add_argument("profile", metavar="PROFILE", help="a profile name (see profiles.toml)")
     parser.add_argument("--algorithm", help="serve AR, DFLASH or DDTREE instead of the profile's")
-    parser.add_argument("--budget", type=NONNEGATIVE_INT, help="DDTREE budget instead of the profile's")
+    budget = parser.add_mutually_exclusive_group()
+    budget.add_argument("--budget", type=NONNEGATIVE_INT, help="DDTREE budget instead of the profile's")
+    budget.add_argument("--budget-schedule", metavar="SCHEDULE",
+                        help="DDTREE budget per batch size instead of the profile's, e.g. 1:63,4:31,16:15")
     parser.add_argument("--port", type=PORT, default=None, help="default: the profile's port")
     parser.add_argument("--models-dir", type=Path, default=None,
                         help="where model directories live (default $REPRO_MODELS_DIR or ./models)")
@@ -53,8 +56,12 @@ def _serve_until_signalled(server: SGLangServer) -> None:
 def main(args: argparse.Namespace) -> int:
     """Serve until Ctrl-C or SIGTERM; exit 0 once the server is stopped cleanly."""
     profile = get_profile(args.profile, args.profile_file)
-    if args.algorithm or args.budget is not None:
-        profile = profile.with_algorithm(args.algorithm or profile.algorithm, args.budget)
+    if args.algorithm or args.budget is not None or args.budget_schedule is not None:
+        profile = profile.with_algorithm(args.algorithm or profile.algorithm, args.budget, args.budget_schedule)
+        if profile.algorithm != "DDTREE" and (args.budget is not None or args.budget_schedule is not None):
+            flag = "--budget" if args.budget is not None else "--budget-schedule"
+            msg = f"{flag} is DDTREE's (the server would run {profile.algorithm})"
+            raise UsageError(msg)
     port = args.port or profile.port
     root = models_dir(args.models_dir)
     if args.print_command:

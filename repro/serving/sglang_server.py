@@ -54,7 +54,9 @@ def server_argv(profile: Profile, port: int, models_root: Path,
         argv += ["--speculative-algorithm", profile.algorithm,
                  "--speculative-draft-model-path", str(model_path(profile.drafter, models_root)),
                  "--speculative-draft-attention-backend", profile.draft_attention_backend]
-    if profile.algorithm == "DDTREE":
+    if profile.algorithm == "DDTREE" and profile.budget_schedule:
+        argv += ["--speculative-ddtree-budget-schedule", profile.budget_schedule]
+    elif profile.algorithm == "DDTREE":
         argv += ["--speculative-ddtree-budget", str(profile.budget)]
     if profile.graph_bs:
         argv += ["--cuda-graph-backend-decode", "full",

@@ -105,6 +105,22 @@ class TestRun:
         assert "DDTREE B=16" in out.out and "speedup" in out.out
         assert "bench: starting fake (AR)" in out.err and "32/32" in out.err
 
+    def test_a_schedule_is_a_server_of_its_own(self, work: Path, capsys) -> None:
+        """--schedules runs a DDTREE server per schedule beside --budgets; its cells carry the
+        schedule (no budget), its log name is a plain file name, and /server_info agrees."""
+        rc = cli.main(bench_args("fake", "--algorithms", "DDTREE", "--budgets", "4", "--schedules", "1:16,2:4",
+                                 '{"1": 8}', "--concurrency", "1", "--num-prompts", "2", "--log-dir", "logs"))
+        assert rc == 0
+        records = read_records(work / "out.jsonl")
+        labels = {Cell(**r["cell"]).label for r in records if r["kind"] == "request"}
+        assert labels == {"DDTREE B=4", "DDTREE S=1:16,2:4", "DDTREE S=1:8"}
+        infos = [r["server_info"] for r in records if r["kind"] == "server"]
+        assert {i["speculative_ddtree_budget_schedule"] for i in infos} == {None, "1:16,2:4", "1:8"}
+        logs = [p.name for p in (work / "logs").iterdir()]
+        assert any(name.startswith("fake-DDTREE-S1-16-2-4-") for name in logs)
+        assert all(re.fullmatch(r"[A-Za-z0-9._-]+", name) for name in logs)
+        assert "DDTREE S=1:16,2:4" in capsys.readouterr().out
+
     def test_resume_of_a_finished_run_starts_nothing(self, work: Path, capsys) -> None:
         """A second run with --resume finds every request done and starts no server."""
         args = bench_args("fake", "--algorithms", "AR", "--concurrency", "1", "--num-prompts", "2")

@@ -63,7 +63,11 @@ class TestProfileErrors:
         ({"tp": "8"}, r"key 'tp' must be int \(got '8'\)"),
         ({"tp": 8, "ep": 3}, r"key 'ep' must divide tp=8 \(got 3\)"),
         ({"tp": 8, "ep": 4, "moe-a2a-backend": "deepep"}, r"key 'ep' must equal tp=8"),
-        ({"budget": None}, r"key 'budget' is required when algorithm is DDTREE"),
+        ({"budget": None}, r"key 'budget' or 'budget-schedule' \(one of them\) is required when algorithm is DDTREE"),
+        ({"budget-schedule": {"1": 8}}, r"key 'budget' or 'budget-schedule' \(one of them\) is required"),
+        ({"budget": None, "budget-schedule": {"4": 8}}, r"key 'budget-schedule' is not a budget schedule: .*from 1"),
+        ({"budget": None, "budget-schedule": "1:8,1:4"}, r"key 'budget-schedule' is not a budget schedule"),
+        ({"budget": None, "budget-schedule": 8}, r"key 'budget-schedule' must be dict or str"),
         ({"budget": -1}, r"key 'budget' must be an integer >= 0 \(got -1\)"),
         ({"drafter": None, "algorithm": "DFLASH"}, r"key 'drafter' is required when algorithm"),
         ({"algorithm": "EAGLE"}, r"key 'algorithm' must be one of AR, DFLASH, DDTREE"),
@@ -111,6 +115,21 @@ class TestProfile:
         p = _load_one(tmp_path, budget=8)
         assert p.with_algorithm("DDTREE").budget == 8
         assert p.with_algorithm("DDTREE", 64).label == "DDTREE B=64"
+
+    def test_a_schedule_replaces_the_budget(self, tmp_path: Path) -> None:
+        """A budget-schedule table is read, served, labelled and sized per batch size; with_algorithm
+        switches between a budget and a schedule, and a stored profile rebuilds the same."""
+        p = _load_one(tmp_path, budget=None, **{"budget-schedule": {"1": 63, "4": 31, "16": 15},
+                                                 "cuda-graph-bs": [1, 2, 4, 8, 16], "cuda-graph-max-tokens": 200})
+        assert (p.budget, p.budget_schedule, p.label) == (None, "1:63,4:31,16:15", "DDTREE S=1:63,4:31,16:15")
+        assert p.graph_bs == (1, 2, 4)  # 8 x 32 and 16 x 16 tokens pass 200 no longer
+        assert p.with_algorithm("DDTREE").budget_schedule == p.budget_schedule
+        assert p.with_algorithm("DDTREE", 8).label == "DDTREE B=8"
+        assert p.with_algorithm("DDTREE", schedule='{"1": 7}').label == "DDTREE S=1:7"
+        assert p.with_algorithm("DFLASH").schedule is None
+        assert Profile.from_dict(p.to_dict()) == p
+        with pytest.raises(UsageError, match=r"DDTREE budget schedule: .*integer"):
+            p.with_algorithm("DDTREE", schedule="1:x")
 
     def test_with_algorithm_needs_a_drafter_for_speculation(self, tmp_path: Path) -> None:
         """An AR-only profile cannot be switched to DFLASH."""

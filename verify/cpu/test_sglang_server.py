@@ -65,6 +65,12 @@ class TestServerArgv:
         assert "--speculative-ddtree-budget" not in argv
         assert _flag_values(argv, "--speculative-algorithm") == ["DFLASH"]
 
+    def test_a_schedule_is_served_instead_of_a_budget(self, tmp_path: Path) -> None:
+        """A DDTREE schedule goes to SGLang as --speculative-ddtree-budget-schedule, alone."""
+        argv = server_argv(_profile(tmp_path).with_algorithm("DDTREE", schedule="1:63,16:15"), 1, Path("/m"))
+        assert _flag_values(argv, "--speculative-ddtree-budget-schedule") == ["1:63,16:15"]
+        assert "--speculative-ddtree-budget" not in argv
+
     def test_graph_max_tokens_drops_the_batch_sizes_a_budgets_verify_outgrows(self, tmp_path: Path) -> None:
         """cuda-graph-max-tokens keeps DDTREE's graphs to bs x (B + 1) <= it (k26-tp8's B 512 at
         bs 16 did not fit); larger batches run eager, and AR / DFLASH keep every size."""
