@@ -48,14 +48,15 @@ class CellCost:
 
 
 def cell_costs(records: Iterable[dict[str, Any]], profile: str, temperature: float) -> list[CellCost]:
-    """The costs of every cell of ``profile`` at ``temperature`` in bench records."""
+    """The costs of every cell of ``profile`` at ``temperature`` in bench records (a budget
+    schedule's cells are not one budget's: they are left out)."""
     records = list(records)
     rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
     cells: dict[str, Cell] = {}
     for r in records:
         if r.get("kind") == "request":
             cell = Cell(**r["cell"])
-            if cell.profile == profile and cell.temperature == temperature:
+            if cell.profile == profile and cell.temperature == temperature and cell.schedule is None:
                 cells[cell.key] = cell
                 rows[cell.key].append(r)
     tok_s = {s.cell.key: s.output_tok_s for s in summarize(records)}

@@ -6,7 +6,12 @@ tau(B))``; the recommendation is its argmax. DFLASH's throughput is the measured
 cell exists, else predicted from the chain's tau on the recorded rows (its low bound: censored
 rounds count their least) and T_round(c, L) (a round of L + 1 verify tokens, the same drafter).
 
-Checks (issue 22): predictions for cells measured but kept out of the fit (``holdout``) within
+A server takes one budget schedule (``repro.schedule``), so the recommendation is also a schedule:
+at every captured batch size b the budget that maximises the predicted throughput of b clients, with
+T_round and TTFT at b interpolated linearly between the measured concurrencies around it (a batch
+size past them takes the nearest one's figures), adjacent batch sizes of one budget merged.
+
+Checks: predictions for cells measured but kept out of the fit (``holdout``) within
 ``PREDICTION_TOLERANCE``, on at least ``MIN_CHECK_CELLS`` cells; where the recommended budget was
 measured, its throughput within ``RECOMMENDATION_TOLERANCE`` of the best measured budget's.
 """
@@ -21,13 +26,14 @@ from typing import Any
 from repro.errors import UsageError
 from repro.evidence.results import format_table
 from repro.evidence.verdicts import FAIL, NOT_MEASURED, PASS, Verdict
+from repro.schedule import BudgetSchedule
 from repro.tuning.acceptance import ChainEstimate, Estimate, Recording, budget_taus, chain_estimate, prompt_sets
-from repro.tuning.costs import CellCost, CostModel, cell_costs, predict_tok_s
+from repro.tuning.costs import CellCost, CostModel, cell_costs, interpolate, predict_tok_s
 
-PREDICTION_TOLERANCE = 0.10  # issue 22: predicted tok/s within 10% of measured on held-out cells
-MIN_CHECK_CELLS = 3  # issue 22: at least three (B, c) cells not used to fit the costs
-RECOMMENDATION_TOLERANCE = 0.03  # issue 22: recommended budget within 3% of the best measured one
-SOURCE = "issue 22 acceptance (repro/tuning/recommend.py)"
+PREDICTION_TOLERANCE = 0.10  # predicted tok/s within 10% of measured on held-out cells
+MIN_CHECK_CELLS = 3  # at least three (B, c) cells not used to fit the costs
+RECOMMENDATION_TOLERANCE = 0.03  # recommended budget within 3% of the best measured one
+SOURCE = "the tuning acceptance bounds (repro/tuning/recommend.py)"
 
 
 def pick_recording(recordings: Sequence[Recording], requests: set[str] | None = None) -> Recording:
@@ -70,7 +76,7 @@ def _one(values: Iterable[Any], what: str) -> Any:
 
 
 def analyze(records: list[dict[str, Any]], recording: Recording, *, profile: str, temperature: float,
-            holdout: set[int]) -> dict[str, Any]:
+            holdout: set[int], captured: Sequence[int] = ()) -> dict[str, Any]:
     """The tune result: costs, predictions, recommendation, DFLASH comparison and checks."""
     costs = cell_costs(records, profile, temperature)
     if not any(c.algorithm == "DDTREE" for c in costs):
@@ -91,6 +97,7 @@ def analyze(records: list[dict[str, Any]], recording: Recording, *, profile: str
     per_c = [_concurrency(model, c, new_tokens, taus, chain, recording) for c in
              sorted({c.concurrency for c in costs if c.algorithm == "DDTREE"})]
     checks = _checks(model, costs, new_tokens, taus, fit, recording.budget)
+    sizes = sorted(set(captured) or {c.concurrency for c in costs if c.algorithm == "DDTREE"})
     return {
         "kind": "tune", "profile": profile, "temperature": temperature, "max_new_tokens": new_tokens,
         "prompts": cell_prompts,
@@ -100,7 +107,7 @@ def analyze(records: list[dict[str, Any]], recording: Recording, *, profile: str
         "tau": {str(b): taus[b].as_dict() for b in range(recording.budget + 1)},
         "chain": None if chain is None else chain.as_dict(),
         "costs": [c.as_dict() for c in costs], "fit_budgets": sorted(fit), "holdout_budgets": sorted(holdout),
-        "concurrency": per_c, "checks": checks,
+        "concurrency": per_c, "schedule": schedule(model, sizes, new_tokens, taus, recording.budget), "checks": checks,
         "verdicts": [asdict(v) for v in _verdicts(per_c, checks, profile)],
     }
 
@@ -136,6 +143,37 @@ def _concurrency(model: CostModel, c: int, new_tokens: int, taus: list[Estimate]
         "drafter_ms": None if drafter is None else drafter[0],
         "drafter_extrapolated": None if drafter is None else drafter[1],
     }
+
+
+def schedule(model: CostModel, sizes: Sequence[int], new_tokens: int, taus: list[Estimate],
+             recorded: int) -> dict[str, Any] | None:
+    """The budget schedule that maximises predicted throughput at every batch size of ``sizes``
+    (module docstring), or None when no concurrency has a measured budget range."""
+    measured = [c for c in sorted({c.concurrency for c in model.tree}) if model.budgets(c)]
+    if not measured:
+        return None
+    rows = []
+    for bs in sizes:
+        lo, hi = max([c for c in measured if c <= bs], default=measured[0]), min([c for c in measured if c >= bs],
+                                                                                  default=measured[-1])
+        budgets = [b for b in model.budgets(lo) if b in model.budgets(hi) and b <= recorded]
+        at = min(max(bs, lo), hi)
+        curve = []
+        for b in range(budgets[0], budgets[-1] + 1) if budgets else ():
+            round_ms, ttft_ms = (interpolate(sorted({(c, fig(c, b)) for c in (lo, hi)}), at)
+                                 for fig in (model.round_ms, model.ttft_ms))
+            curve.append((b, predict_tok_s(bs, new_tokens, ttft_ms, round_ms, taus[b].value)))
+        if curve:
+            best = max(curve, key=lambda p: p[1])
+            rows.append({"bs": bs, "budget": best[0], "tok_s": best[1], "from_concurrency": sorted({lo, hi})})
+    if not rows:
+        return None
+    table: dict[int, int] = {1: rows[0]["budget"]}
+    for row in rows[1:]:
+        if row["budget"] != table[max(table)]:
+            table[row["bs"]] = row["budget"]
+    text = BudgetSchedule.from_mapping(table)
+    return {"rows": rows, "text": text.text, "toml": text.toml()}
 
 
 def _measured_tok_s(model: CostModel, c: int, budget: int) -> float | None:
@@ -235,5 +273,19 @@ def render(result: dict[str, Any], *, markdown: bool) -> str:
             continue
         algo = "DDTREE" if row["beats_dflash"] is not False else "DFLASH"
         args = f"--speculative-algorithm {algo}" + (f" --speculative-ddtree-budget {row['budget']}" if algo == "DDTREE" else "")
-        out.append(f"{item}c={row['concurrency']}: `{args}`" if markdown else f"{item}c={row['concurrency']}: {args}")
+        out.append(f"{item}c={row['concurrency']} alone: `{args}`" if markdown else f"{item}c={row['concurrency']} alone: {args}")
+    out += _schedule_lines(result.get("schedule"), item, gap, markdown=markdown)
     return "\n".join(out)
+
+
+def _schedule_lines(plan: dict[str, Any] | None, item: str, gap: list[str], *, markdown: bool) -> list[str]:
+    """The recommended budget schedule: its rows, server argument and profile key."""
+    if plan is None:
+        return []
+    rows = [[str(r["bs"]), str(r["budget"]), _fmt(r["tok_s"]), "c = " + ", ".join(map(str, r["from_concurrency"]))]
+            for r in plan["rows"]]
+    arg, key = f"--speculative-ddtree-budget-schedule {plan['text']}", plan["toml"]
+    tick = "`" if markdown else ""
+    return ["", "Budget schedule (one server for every load: each batch size's best predicted budget):", *gap,
+            format_table(("batch size", "best B", "predicted tok/s", "costs from"), rows, markdown=markdown), *gap,
+            f"{item}server: {tick}--speculative-algorithm DDTREE {arg}{tick}", f"{item}profile: {tick}{key}{tick}"]

@@ -113,7 +113,8 @@ def _prompt_set(records: list[dict[str, Any]], profile: str, prompts: str | None
     return [r for r in records if on(r) in (None, prompts or (sets[0] if sets else None))]
 
 
-def _result(args: argparse.Namespace, results: list[Path], recording_path: Path, holdout: set[int]) -> dict[str, Any]:
+def _result(args: argparse.Namespace, results: list[Path], recording_path: Path, holdout: set[int],
+            captured: tuple[int, ...]) -> dict[str, Any]:
     records = load_records(results)
     recordings = read_recordings(recording_path, "--recording")
     requests = cell_requests(records, args.profile, args.temperature)  # every set's: the recording may be another's
@@ -123,7 +124,8 @@ def _result(args: argparse.Namespace, results: list[Path], recording_path: Path,
         print(f"tune: {recording_path} holds no round of the results' DDTREE requests at T={args.temperature:g}; "
               f"tau(B) from all its rounds", file=sys.stderr)
         recording = pick_recording(recordings)
-    result = analyze(records, recording, profile=args.profile, temperature=args.temperature, holdout=holdout)
+    result = analyze(records, recording, profile=args.profile, temperature=args.temperature, holdout=holdout,
+                     captured=captured)
     runs = [r for r in records if r.get("kind") == "run"]
     result.update(time=time.time(), results=[str(p) for p in results], recording_file=str(recording_path),
                   fingerprint=runs[-1].get("fingerprint") if runs else None)
@@ -164,12 +166,12 @@ def main(args: argparse.Namespace) -> int:
         msg = (f"{recording} was not written: the DDTREE servers did not record (is the installed sglang's "
                f"DDTREE worker wired to ${RECORD_ENV}?)")
         raise ReproError(msg)
-    result = _result(args, results, recording, holdout)
+    result = _result(args, results, recording, holdout, profile.cuda_graph_bs)
     todo = sorted({row["budget"] for row in result["concurrency"]
                    if row["budget"] is not None and row["measured_tok_s"] is None}) if args.confirm else []
     if todo:  # measured to check the recommendation, so held out of the fit
         _bench(args, bench_out, ["--algorithms", "DDTREE", "--budgets", ",".join(map(str, todo))], None)
-        result = _result(args, sorted({*results, bench_out}), recording, holdout | set(todo))
+        result = _result(args, sorted({*results, bench_out}), recording, holdout | set(todo), profile.cuda_graph_bs)
     print(render(result, markdown=False))
     print(_command(result, profile, models_dir(args.models_dir)))
     writer = ResultsWriter(out_dir / "tune.jsonl", resume=True)
@@ -180,10 +182,10 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _command(result: dict[str, Any], profile: Profile, root: Path) -> str:
-    """The server command of the recommendation at the largest concurrency."""
-    last = next((r for r in reversed(result["concurrency"]) if r["budget"] is not None), None)
-    if last is None:
+    """The server command of the recommended budget schedule, and its profile key."""
+    plan = result.get("schedule")
+    if plan is None:
         return "no budget could be recommended (no measured budget range at any concurrency)"
-    chosen = profile.with_algorithm("DFLASH") if last["beats_dflash"] is False else \
-        profile.with_algorithm("DDTREE", last["budget"])
-    return f"command for c={last['concurrency']}: " + " ".join(server_argv(chosen, profile.port, root, python="python"))
+    chosen = profile.with_algorithm("DDTREE", schedule=plan["text"])
+    return (f"command: {' '.join(server_argv(chosen, profile.port, root, python='python'))}\n"
+            f"profile key: {plan['toml']}")

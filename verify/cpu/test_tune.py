@@ -3,6 +3,7 @@ plus the sweep against the fake SGLang server and the report's tuning section.""
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 
 from repro.cli import main as cli
 from repro.evidence.verdicts import FAIL, NOT_MEASURED, PASS
+from repro.schedule import BudgetSchedule
 from repro.tuning.acceptance import read_recordings
 from repro.tuning.costs import predict_tok_s
 from repro.tuning.recommend import analyze, cell_requests, pick_recording, render
@@ -55,6 +57,27 @@ class TestAnalyze:
             assert row["budget"] == want
             assert row["tok_s"] == pytest.approx(predict_tok_s(c, 128, 20.0, linear_round_ms("DDTREE", want, c), taus[want]))
             assert [b for b, _ in row["curve"]] == list(range(8, 129))
+
+    def test_the_schedule_takes_each_batch_sizes_best_budget(self, world):
+        """At a measured concurrency the schedule's budget is that concurrency's recommendation; between
+        two it is the argmax with T_round interpolated linearly in c; equal neighbours merge."""
+        _, taus, _ = world
+        result = analyze(world[2], pick_recording(read_recordings(world[0] / "rec.jsonl")), profile="p",
+                         temperature=0.0, holdout=set(HOLDOUT), captured=(1, 2, 4, 8, 16))
+        plan, per_c = result["schedule"], {r["concurrency"]: r["budget"] for r in result["concurrency"]}
+        rows = {r["bs"]: r for r in plan["rows"]}
+        assert set(rows) == {1, 2, 4, 8, 16}
+        for bs, row in rows.items():
+            # past the measured concurrencies a batch size takes the nearest one's costs
+            lo, hi = max(c for c in CONC if c <= bs), min([c for c in CONC if c >= bs], default=max(CONC))
+            def cost(b, lo=lo, hi=hi, bs=bs):
+                ends = [linear_round_ms("DDTREE", b, c) for c in (lo, hi)]
+                return ends[0] if lo == hi else ends[0] + (ends[1] - ends[0]) * (bs - lo) / (hi - lo)
+            want = max(range(8, 129), key=lambda b, bs=bs, cost=cost: predict_tok_s(bs, 128, 20.0, cost(b), taus[b]))
+            assert row["budget"] == want == per_c.get(bs, want)
+        schedule = BudgetSchedule.parse(plan["text"])
+        assert all(schedule.budget(bs) == row["budget"] for bs, row in rows.items())
+        assert all(a != b for a, b in itertools.pairwise(schedule.budgets))  # equal neighbours merged
 
     def test_dflash_and_drafter(self, world):
         """DFLASH is the measured cell; the drafter cost is T_round(c, 0) - T_AR(c), extrapolated."""
@@ -240,8 +263,10 @@ class TestCli:
         out = capsys.readouterr().out
         assert rc == 0, out
         assert "DDTREE beats DFLASH at c =" in out and "pass: tune prediction" in out
-        assert "c=1: --speculative-algorithm DDTREE --speculative-ddtree-budget" in out
-        assert "command for c=8: python -m verify.fake_sglang" in out
+        assert "c=1 alone: --speculative-algorithm DDTREE --speculative-ddtree-budget" in out
+        plan = json.loads((tmp_path / "out" / "tune.jsonl").read_text())["schedule"]
+        assert f"--speculative-ddtree-budget-schedule {plan['text']}" in out
+        assert f"profile key: {plan['toml']}" in out and "command: python -m verify.fake_sglang" in out
         (record,) = [json.loads(line) for line in (tmp_path / "out" / "tune.jsonl").read_text().splitlines()]
         assert record["kind"] == "tune" and record["fingerprint"] == {"gpus": [{"name": "Fake GPU"}]}
 
