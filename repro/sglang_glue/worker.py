@@ -45,6 +45,7 @@ from sglang.srt.speculative.dflash_info import DFlashVerifyInput
 from sglang.srt.speculative.dflash_info_v2 import DFlashDraftInputV2
 from sglang.srt.speculative.dflash_utils import apply_dflash_verify_logits_adjustments
 from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
+from sglang.srt.utils.common import get_available_gpu_memory
 
 from repro.ddtree import SlotTable
 from repro.round import Drafted, DraftTail, accept, ddtree_round
@@ -152,6 +153,7 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         if budget == self.budget or not sizes:
             return mr.attn_backend, mr.decode_cuda_graph_runner if budget == self.budget else None
         n = budget + 1
+        before = get_available_gpu_memory(self.device, self.gpu_id)
         with _verify_width(n):
             backup = mr.init_new_workspace
             try:
@@ -159,6 +161,11 @@ class DDTreeWorkerV2(DFlashWorkerV2):
             finally:
                 mr.init_new_workspace = backup
             runner = mr._decode_cuda_graph_runner_cls()(mr, attn_backend=backend, speculative_num_draft_tokens=n)  # noqa: SLF001
+        spent = before - get_available_gpu_memory(self.device, self.gpu_id)  # counted in /server_info's memory_usage
+        usage = self._additional_graph_memory_usage
+        usage["target_verify"] = usage.get("target_verify", 0.0) + spent
+        if self.ps.tp_rank == 0:
+            logger.info("DDTREE budget %d: target verify graphs at bs %s, %.2f GB.", budget, sizes, spent)
         return backend, runner
 
     def _activate(self, state: BudgetState) -> None:

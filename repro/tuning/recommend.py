@@ -9,7 +9,8 @@ rounds count their least) and T_round(c, L) (a round of L + 1 verify tokens, the
 A server takes one budget schedule (``repro.schedule``), so the recommendation is also a schedule:
 at every captured batch size b the budget that maximises the predicted throughput of b clients, with
 T_round and TTFT at b interpolated linearly between the measured concurrencies around it (a batch
-size past them takes the nearest one's figures), adjacent batch sizes of one budget merged.
+size past them, or between two that share no measured budget, takes the nearest one's figures),
+adjacent batch sizes of one budget merged.
 
 Checks: predictions for cells measured but kept out of the fit (``holdout``) within
 ``PREDICTION_TOLERANCE``, on at least ``MIN_CHECK_CELLS`` cells; where the recommended budget was
@@ -156,6 +157,8 @@ def schedule(model: CostModel, sizes: Sequence[int], new_tokens: int, taus: list
     for bs in sizes:
         lo, hi = max([c for c in measured if c <= bs], default=measured[0]), min([c for c in measured if c >= bs],
                                                                                   default=measured[-1])
+        if not set(model.budgets(lo)) & set(model.budgets(hi)):  # no budget measured at both: the nearer one's
+            lo = hi = min((lo, hi), key=lambda c: (abs(c - bs), c))
         budgets = [b for b in model.budgets(lo) if b in model.budgets(hi) and b <= recorded]
         at = min(max(bs, lo), hi)
         curve = []

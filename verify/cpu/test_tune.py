@@ -79,6 +79,18 @@ class TestAnalyze:
         assert all(schedule.budget(bs) == row["budget"] for bs, row in rows.items())
         assert all(a != b for a, b in itertools.pairwise(schedule.budgets))  # equal neighbours merged
 
+    def test_neighbours_without_a_shared_budget_take_the_nearer_ones_costs(self, world):
+        """Between two concurrencies measured at disjoint budgets a batch size takes the nearer one's
+        costs (the lower on a tie), so every captured batch size still gets a budget."""
+        root, taus, _ = world
+        low = bench_records(taus, linear_round_ms, budgets=[8, 32], concurrency=[1, 4])
+        high = [r for r in bench_records(taus, linear_round_ms, budgets=[64, 128], concurrency=[8])
+                if r["kind"] == "request"]
+        result = analyze(low + high, pick_recording(read_recordings(root / "rec.jsonl")), profile="p",
+                         temperature=0.0, holdout=set(), captured=(1, 2, 6, 7, 8))
+        rows = {r["bs"]: r["from_concurrency"] for r in result["schedule"]["rows"]}
+        assert rows == {1: [1], 2: [1, 4], 6: [4], 7: [8], 8: [8]}
+
     def test_dflash_and_drafter(self, world):
         """DFLASH is the measured cell; the drafter cost is T_round(c, 0) - T_AR(c), extrapolated."""
         result = _analyze(world)
