@@ -84,22 +84,23 @@ def _floor(check: str, subject: str, value: float | None, floor: float, source: 
 def _profile_verdicts(profile: Profile, tset: ThresholdSet,
                       summaries: list[CellSummary]) -> Iterable[Verdict]:
     budget = tset.at_budget or profile.budget
+    schedule = None if tset.at_budget else profile.budget_schedule  # the set's budget, else the profile's own
+    judged = f"S={schedule}" if schedule else f"B={budget}"
     at = {s.cell.algorithm: s for s in summaries
           if s.cell.profile == profile.name and s.cell.concurrency == tset.at_concurrency
           and s.cell.temperature == tset.at_temperature
-          and (s.cell.algorithm != "DDTREE" or s.cell.budget == budget)}
+          and (s.cell.algorithm != "DDTREE" or (s.cell.budget, s.cell.schedule) == (budget, schedule))}
     where = f"c={tset.at_concurrency} T={tset.at_temperature:g}"
     for algorithm, floor in tset.tau_floor.items():
         s = at.get(algorithm)
-        label = s.cell.label if s else (f"DDTREE B={budget}" if algorithm == "DDTREE"
-                                        else algorithm)
+        label = s.cell.label if s else (f"DDTREE {judged}" if algorithm == "DDTREE" else algorithm)
         yield _floor("tau", f"{profile.name} {label} {where}", s.tau_mean if s else None, floor,
                      tset.tau_source)
     for name, floor in tset.speedup_floor.items():
         if name == "DDTREE-over-DFLASH":
             tree = at.get("DDTREE")
             value = tree.over_dflash if tree else None
-            yield _floor("DDTREE/DFLASH", f"{profile.name} B={budget} {where}", value,
+            yield _floor("DDTREE/DFLASH", f"{profile.name} {judged} {where}", value,
                          floor, tset.speedup_source)
         else:
             s = at.get(name)

@@ -50,6 +50,20 @@ class TestFloors:
         assert verdicts[("tau", "DDTREE")].status == NOT_MEASURED
         assert verdicts[("tau", "DDTREE")].subject.startswith("tp DDTREE B=32")
 
+    def test_a_schedule_profile_is_judged_on_its_schedules_cells(self) -> None:
+        """A profile with a budget schedule is judged on the cells of that schedule, not on a fixed
+        budget's (nor another schedule's)."""
+        profiles = {"tp": dataclasses.replace(BASE, budget=None, budget_schedule="1:32,4:8")}
+        sched = dataclasses.replace(cell("DDTREE", None, profile="tp"), schedule="1:32,4:8")
+        other = dataclasses.replace(sched, schedule="1:8")
+        base = rows(budget=32)
+        verdicts = by_check(judge(summarize([*base, request(sched, 0, end=0.5, verify=16),
+                                             request(other, 0, end=0.5, verify=32)]), profiles, SETS))
+        assert verdicts[("tau", "DDTREE")].status == PASS  # the schedule's 64 / 16, not 1:8's 64 / 32
+        assert verdicts[("DDTREE/DFLASH", "S=1:32,4:8")].value == pytest.approx(2.0)
+        missed = by_check(judge(summarize(base), profiles, SETS))
+        assert missed[("tau", "DDTREE")].subject.startswith("tp DDTREE S=1:32,4:8")
+
     def test_the_sets_at_budget_overrides_the_profiles(self) -> None:
         """A set with `at.budget` judges DDTREE at that budget, not at the profile's."""
         sets = {"t": dataclasses.replace(SETS["t"], at_budget=64)}
