@@ -124,7 +124,7 @@ confirm | side)
   sed "/^\[profiles.full-h200-$name\]/,/^sglang = /s/^sglang = { /sglang = { max-total-tokens = ${CONFIRM_TOKENS:-24576}, /" \
     repro/data/profiles.toml >"$DIR/profiles-$phase.toml"
   timeout 570 python3 -m repro.cli bench "full-h200-$name" --profile-file "$DIR/profiles-$phase.toml" --models-dir "$MODELS" \
-    --algorithms "$algos" --budgets "$budgets" --prompts "$PROMPTS" --interleave --concurrency "${CONCURRENCY:-1,4,16}" --temperatures "$temps" \
+    --algorithms "$algos" --budgets "$budgets" ${SCHEDULES:+--schedules $SCHEDULES} --prompts "$PROMPTS" --interleave --concurrency "${CONCURRENCY:-1,4,16}" --temperatures "$temps" \
     --num-prompts "${NUM_PROMPTS:-16}" --max-new-tokens 256 --warmup 1 --start-timeout 360 --time-limit "${TIME_LIMIT:-520}" \
     --log-dir "$DIR/logs" --resume -o "$DIR/$phase-$name.jsonl" 2>&1 | tail -20 | tee -a "$DIR/$phase-$name.log"
   rc=${PIPESTATUS[0]}
