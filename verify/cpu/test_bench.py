@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from repro import cli
-from repro.evidence import bench
+from repro.evidence import bench, load
 from repro.evidence.results import Cell, read_records, summarize
 from repro.serving.sglang_client import Client
 from repro.serving.sglang_server import free_port
@@ -43,6 +43,8 @@ def work(tmp_path: Path, monkeypatch) -> Path:
         "fake-slow": {"sglang": {"fake-step-ms": 5}},
         "fake-shared": {"sglang": {"fake-step-ms": 3, "mem-fraction-static": 0.3}},
         "fake-capped": {"sglang": {"fake-step-ms": 3, "mem-fraction-static": 0.7, "max-total-tokens": 4096}},
+        "fake-busy": {"sglang": {"fake-step-ms": 3, "fake-batch-cost": 0.5}},
+        "fake-refusing": {"sglang": {"fake-step-ms": 3, "fake-refuse-index": 2}},
     })
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PYTHONPATH", str(REPO))
@@ -89,7 +91,7 @@ class TestRun:
         kinds = collections.Counter(r["kind"] for r in records)
         assert kinds == {"run": 1, "server": 4, "request": 32}
         requests = [r for r in records if r["kind"] == "request"]
-        assert [r["rid"] for r in requests] == [bench.request_id(Cell(**r["cell"]), r["session"], r["index"])
+        assert [r["rid"] for r in requests] == [load.request_id(Cell(**r["cell"]), r["session"], r["index"])
                                                 for r in requests]
         assert len({r["rid"] for r in requests}) == 32  # one id per request: a recording keys rounds by it
         assert {prompts_of(r["rid"], "?") for r in requests} == {requests[0]["cell"]["prompts"]}
@@ -224,6 +226,77 @@ class TestInterleave:
         assert not (work / "out.jsonl").exists()
 
 
+class TestOpenLoop:
+    def test_latency_grows_with_the_rate_on_a_batching_server(self, work: Path, capsys) -> None:
+        """--request-rate alone: one open-loop cell per rate, capped at --num-prompts, each request
+        sent at its seeded Poisson arrival; on a server whose rounds slow with the batch, the higher
+        rate keeps more requests in flight and each token takes longer."""
+        args = bench_args("fake-busy", "--algorithms", "AR", "--request-rate", "10,1000", "--num-prompts", "8")
+        assert cli.main(args) == 0
+        records = read_records(work / "out.jsonl")
+        requests = [r for r in records if r["kind"] == "request"]
+        assert {(r["cell"]["request_rate"], r["cell"]["concurrency"]) for r in requests} == {(10.0, 8), (1000.0, 8)}
+        for rate in (10.0, 1000.0):
+            mine = sorted((r for r in requests if r["cell"]["request_rate"] == rate), key=lambda r: r["index"])
+            assert [r["arrival_s"] for r in mine] == load.arrival_offsets(8, rate, 1)
+            assert all(r["start"] - mine[0]["start"] >= r["arrival_s"] - 0.005 for r in mine)
+        slow, fast = summarize(records)
+        assert (slow.cell.request_rate, fast.cell.request_rate) == (10.0, 1000.0)
+        assert fast.in_flight > 2 * slow.in_flight and fast.tpot_ms.p50 > 2 * slow.tpot_ms.p50
+        out = capsys.readouterr().out
+        assert "in flight" in out and "1000/s" in out
+
+    def test_max_concurrency_caps_the_requests_in_flight(self, work: Path) -> None:
+        """Arrivals far faster than the server: never more than --max-concurrency requests overlap."""
+        assert cli.main(bench_args("fake", "--algorithms", "AR", "--request-rate", "1000", "--max-concurrency", "2",
+                                   "--num-prompts", "6")) == 0
+        spans = [(r["start"], r["end"]) for r in read_records(work / "out.jsonl") if r["kind"] == "request"]
+        assert len(spans) == 6
+        assert max(sum(s <= t < e for s, e in spans) for t, _ in spans) == 2  # in flight as each request starts
+
+    def test_a_refused_request_is_recorded_and_the_cell_goes_on(self, work: Path, capsys) -> None:
+        """A request the server refuses (HTTP 503) is a record with its error, counted as failed; the
+        cell finishes, and --resume does not send it again."""
+        args = bench_args("fake-refusing", "--algorithms", "AR", "--concurrency", "2", "--num-prompts", "4")
+        assert cli.main(args) == 0
+        requests = [r for r in read_records(work / "out.jsonl") if r["kind"] == "request"]
+        assert sorted(r["index"] for r in requests) == [0, 1, 2, 3]
+        (failed,) = [r for r in requests if "error" in r]
+        assert failed["index"] == 2 and "returned HTTP 503" in failed["error"]
+        (s,) = summarize(read_records(work / "out.jsonl"))
+        assert (s.requests, s.failed) == (3, 1)
+        capsys.readouterr()
+        assert cli.main([*args, "--resume"]) == 0
+        assert "starting" not in capsys.readouterr().err
+        check_complete(work / "out.jsonl", 4)
+
+    def test_resume_with_another_seed_is_refused(self, work: Path, capsys) -> None:
+        """Open-loop results drawn with one --seed are not continued with another."""
+        args = bench_args("fake", "--algorithms", "AR", "--request-rate", "200", "--num-prompts", "3")
+        assert cli.main(args) == 0
+        capsys.readouterr()
+        assert cli.main([*args, "--resume", "--seed", "2"]) == 2
+        assert "arrivals another --seed drew" in capsys.readouterr().err
+
+    def test_time_limit_then_resume_finishes_open_loop_cells(self, work: Path, capsys) -> None:
+        """--time-limit stops between arrivals (exit 3); --resume sends the rest at their own arrivals."""
+        args = bench_args("fake-slow", "--algorithms", "AR,DDTREE", "--request-rate", "30", "--num-prompts", "6")
+        assert cli.main([*args, "--time-limit", "0.5"]) == 3
+        assert len(requests_of(work / "out.jsonl")) < 12
+        capsys.readouterr()
+        assert cli.main([*args, "--resume"]) == 0
+        check_complete(work / "out.jsonl", 12)
+
+    def test_interleaved_open_loop_cells_are_one_turn(self, work: Path) -> None:
+        """--interleave runs an open-loop cell whole, one turn per server; closed-loop cells keep their waves."""
+        assert cli.main(bench_args("fake-shared", "--interleave", "--algorithms", "AR,DFLASH", "--concurrency", "1",
+                                   "--request-rate", "500", "--num-prompts", "4")) == 0
+        requests = [r for r in read_records(work / "out.jsonl") if r["kind"] == "request"]
+        assert {r["turn"] for r in requests if r["cell"].get("request_rate")} == {0}
+        assert {r["turn"] for r in requests if not r["cell"].get("request_rate")} == {0, 1, 2, 3}
+        check_complete(work / "out.jsonl", 16)
+
+
 class TestErrors:
     @pytest.mark.parametrize(("extra", "message"), [
         (["fake", "--concurrency", "1,16", "--num-prompts", "8"],
@@ -233,6 +306,10 @@ class TestErrors:
         (["fake", "fake-slow", "--url", "http://127.0.0.1:1"], r"--url takes exactly one PROFILE"),
         (["fake", "--prompts", "gsm8k"], r"no PyPI package ships GSM8K"),
         (["fake", "--budgets", "-2"], r"--budgets: must be a comma list of integers >= 0"),
+        (["fake", "--max-concurrency", "2"], r"--max-concurrency caps open-loop cells: it needs --request-rate"),
+        (["fake", "--request-rate", "2", "--max-concurrency", "16", "--num-prompts", "8"],
+         r"--num-prompts must be >= the largest --max-concurrency \(16\) \(got 8\)"),
+        (["fake", "--request-rate", "2,inf"], r"--request-rate: must be a comma list of finite numbers > 0"),
     ])
     def test_usage_errors_exit_2_with_one_line(self, work: Path, capsys, extra: list[str],
                                                message: str) -> None:
@@ -347,8 +424,8 @@ def test_prompts_that_all_end_on_one_token_are_noted_for_a_planted_target(profil
     if prompts == "humaneval-distinct":
         inputs = [request_input(p, tokenizer="none", vocab_size=4096, max_tokens=1024)
                   for p in load_prompts(prompts).prompts]
-    args = argparse.Namespace(concurrency=concurrency, num_prompts=16, prompts=prompts)
-    note = bench.lockstep_note([bench.Job(served, [], inputs, {})], args)
+    args = argparse.Namespace(concurrency=concurrency, request_rate=[], num_prompts=16, prompts=prompts)
+    note = bench.lockstep_note([load.Job(served, [], inputs, {})], args)
     assert (note is not None) is noted
     if noted:
         assert note == (f"bench: note: every prompt of humaneval ends on token 10, and {profile} has no tokenizer: a "
@@ -358,7 +435,7 @@ def test_prompts_that_all_end_on_one_token_are_noted_for_a_planted_target(profil
 
 def test_a_payload_carries_its_request_id_only_when_given() -> None:
     """The measured requests' bodies name their id (SGLang's ``rid``); warm-up bodies do not."""
-    job = bench.Job(None, [], [{"input_ids": [1, 2]}], {})
+    job = load.Job(None, [], [{"input_ids": [1, 2]}], {})
     assert job.payload(3, 0.0, 8, "p/x-1")["rid"] == "p/x-1"
     assert "rid" not in job.payload(3, 0.0, 8)
 
@@ -367,6 +444,6 @@ class TestWarmUp:
     def test_warm_up_runs_every_concurrency_on_unmeasured_prompts(self) -> None:
         """Two rounds at each of c=1 and c=4 send 10 requests, 4 at once, from index 16 on."""
         client = _CountingClient()
-        bench._warm_up(client, _IndexJob(), 2, [4, 1, 4], 16)
+        load.warm_up(client, _IndexJob(), 2, [4, 1, 4], 16)
         assert len(client.widths) == 10 and max(client.widths) == 4
         assert min(client.indices) == 16 and max(client.indices) == 19
