@@ -110,7 +110,7 @@ class Progress:
 
 
 @dataclass
-class _Cell:
+class _CellRun:
     """One cell's run in progress: its free slots, its stop signal and a dead server's error."""
 
     slots: threading.Semaphore
@@ -136,9 +136,9 @@ class Runner:
                  server: SGLangServer | None, turn: int | None = None) -> None:
         """Send ``indices`` of ``cell`` at their arrival times (from the first of them on), at most
         ``cell.concurrency`` in flight, and record each (``turn``: which of the cell's
-        ``--interleave`` turns they are, kept in each record)."""
+        ``--interleave`` turns they are, kept in each record); none is sent past the time limit."""
         offsets = arrival_offsets(max(indices) + 1, cell.request_rate, self.seed)
-        run = _Cell(threading.Semaphore(cell.concurrency), threading.Event(), [])
+        run = _CellRun(threading.Semaphore(cell.concurrency), threading.Event(), [])
         origin = time.monotonic() - offsets[indices[0]]
         threads = []
         try:
@@ -146,7 +146,8 @@ class Runner:
                 if run.stop.wait(max(0.0, origin + offsets[index] - time.monotonic())):
                     break
                 run.slots.acquire()
-                if run.stop.is_set():
+                self.stopped = self.stopped or self.out_of_time()
+                if run.stop.is_set() or self.stopped:
                     break
                 arrival = offsets[index] if cell.request_rate is not None else None
                 thread = threading.Thread(target=self._request, daemon=True,
@@ -161,7 +162,7 @@ class Runner:
             raise run.deaths[0]
 
     def _request(self, client: Client, job: Job, cell: Cell, index: int, server: SGLangServer | None,
-                 run: _Cell, turn: int | None, arrival: float | None) -> None:
+                 run: _CellRun, turn: int | None, arrival: float | None) -> None:
         """Send one request, free its slot, and record it, failed or not, unless the server died."""
         start, rid = time.time(), request_id(cell, self.session, index)
         done: Completion | ReproError
@@ -188,9 +189,6 @@ class Runner:
                           latency_s=done.latency_s, chunks=done.chunks, finish_reason=done.finish_reason)
         self.writer.append(record)
         self.progress.step(f"{cell.profile} {cell.label} {cell.load} T={cell.temperature:g}")
-        if self.out_of_time():
-            self.stopped = True
-            run.stop.set()
 
 
 def _death(client: Client, server: SGLangServer | None, what: str, exc: ReproError) -> ReproError | None:

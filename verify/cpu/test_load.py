@@ -93,16 +93,14 @@ class TestArrivals:
 
 class TestRunCell:
     def test_open_loop_sends_each_request_at_its_arrival(self, tmp_path: Path) -> None:
-        """Requests go in index order, none before its arrival (seconds after the first), each
-        record keeping its arrival."""
-        client = _Client(0.01)
+        """Each request is sent at its arrival (seconds after the cell starts), not before and not
+        long after, and its record keeps the arrival."""
+        client, began = _Client(0.01), time.monotonic()
         records = run(tmp_path, client, OPEN, 12)
         offsets = arrival_offsets(12, OPEN.request_rate, 1)
         assert [r["arrival_s"] for r in records if r["index"] == 5] == [offsets[5]]
-        first = client.sent[0]
         for i in range(12):
-            assert client.sent[i] - first >= offsets[i] - 1e-3
-        assert sorted(client.sent, key=client.sent.get) == list(range(12))
+            assert offsets[i] <= client.sent[i] - began < offsets[i] + 0.2
 
     def test_the_cap_holds_requests_in_flight(self, tmp_path: Path) -> None:
         """At a rate far above what the server serves, no more than the cap are in flight at once."""
