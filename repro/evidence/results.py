@@ -269,8 +269,8 @@ def _either(matched: float | None, s: CellSummary, pooled_base: CellSummary | No
 
 def _interval(s: CellSummary, value: float | None, base: CellSummary | None) -> tuple[float, float] | None:
     """The 95% interval of a closed-loop cell's throughput ratio ``value`` over ``base``: each
-    cell's tokens per request-second, bootstrapped over its requests."""
-    if value is None or base is None or s.cell.request_rate is not None:
+    cell's tokens per request-second, bootstrapped over its requests (none for a cell over itself)."""
+    if value is None or base is None or base is s or s.cell.request_rate is not None:
         return None
     per = [list(zip(x.samples.tokens, x.samples.e2e_s, strict=True)) for x in (s, base)]
     got = intervals.ratio(value, per[0], per[1], intervals.throughput)

@@ -249,6 +249,7 @@ class TestIntervals:
         assert tree.over_dflash == pytest.approx(2.0) and dflash.speedup == pytest.approx(4.0)
         assert 1.5 < tree.over_dflash_interval[0] < 2.0 < tree.over_dflash_interval[1]
         assert dflash.speedup_interval[0] < 4.0 < dflash.speedup_interval[1]
+        assert by["AR"].speedup == 1.0 and by["AR"].speedup_interval is None  # AR over itself
 
     def test_open_loop_and_single_requests_have_none(self) -> None:
         """An open-loop throughput ratio (the offered load) and a one-request cell carry no interval."""
