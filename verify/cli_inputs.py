@@ -88,7 +88,7 @@ SLOTS = (
 FLAGS = (
     (_bench(), ("--concurrency", "--temperatures", "--budgets", "--num-prompts", "--max-new-tokens",
                 "--time-limit", "--start-timeout", "--request-timeout", "--port", "--warmup",
-                "--algorithms", "--prompts")),
+                "--algorithms", "--prompts", "--request-rate", "--max-concurrency", "--seed")),
     (("serve", "--profile-file", "{ws}/profiles.toml", "--models-dir", "{ws}/models", "--log",
       "{ws}/serve.log", "fake"), ("--port", "--budget", "--start-timeout", "--algorithm")),
     (("golden", "check", "--dir", "{ws}/golden"), ("--device", "--only")),

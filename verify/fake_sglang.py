@@ -9,10 +9,14 @@ states, version), ``POST /generate`` with ``input_ids`` or ``text``, ``sampling_
 
 Decoding is simulated: each round takes a fixed time and emits tau tokens on average (AR 1,
 DFLASH 3, DDTREE more with the budget), so speedups and tau are known and deterministic enough to
-assert on. It stops by itself after ``--fake-max-lifetime-s`` or when its parent dies.
+assert on; with ``--fake-batch-cost F`` a round takes ``1 + F`` times longer for every other request
+decoding at once, as a batch's rounds do, so open-loop latency grows with the load. It stops by
+itself after ``--fake-max-lifetime-s`` or when its parent dies.
 
-Test knobs: ``--fake-step-ms``, ``--fake-startup-s``, ``--fake-exit-at-start CODE``,
-``--fake-ignore-sigterm``, ``--fake-max-lifetime-s``; ``$FAKE_SGLANG_PIDFILE`` receives the pid.
+Test knobs: ``--fake-step-ms``, ``--fake-batch-cost``, ``--fake-refuse-index N`` (answer HTTP 503 to
+every request whose id ends in ``-N``, as `repro bench` numbers its requests), ``--fake-startup-s``,
+``--fake-exit-at-start CODE``, ``--fake-ignore-sigterm``, ``--fake-max-lifetime-s``;
+``$FAKE_SGLANG_PIDFILE`` receives the pid.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -49,6 +54,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--speculative-ddtree-budget-schedule", default=None)
     p.add_argument("--skip-tokenizer-init", action="store_true")
     p.add_argument("--fake-step-ms", type=float, default=1.0)
+    p.add_argument("--fake-batch-cost", type=float, default=0.0)
+    p.add_argument("--fake-refuse-index", type=int, default=None)
     p.add_argument("--fake-startup-s", type=float, default=0.2)
     p.add_argument("--fake-exit-at-start", type=int, default=None)
     p.add_argument("--fake-ignore-sigterm", action="store_true")
@@ -82,6 +89,8 @@ class Handler(BaseHTTPRequestHandler):
     args: argparse.Namespace
     ready_at: float
     counter = iter(range(10**9))
+    decoding = 0  # requests decoding now
+    lock = threading.Lock()
 
     def log_message(self, fmt: str, *a: Any) -> None:
         """Log one line per request to stderr."""
@@ -132,8 +141,20 @@ class Handler(BaseHTTPRequestHandler):
         max_new = int(params.get("max_new_tokens", 16))
         temperature = float(params.get("temperature", 1.0))
         rid = req.get("rid") or f"fake-{next(self.counter)}"  # SGLang keeps a client's request id
-        events = self._decode(rid, ids, max_new, temperature)
-        if not req.get("stream"):
+        if self.args.fake_refuse_index is not None and rid.endswith(f"-{self.args.fake_refuse_index}"):
+            self._json(503, {"object": "error", "message": "refused by --fake-refuse-index", "code": 503})
+            return
+        with self.lock:
+            Handler.decoding += 1
+        try:
+            self._answer(self._decode(rid, ids, max_new, temperature), stream=bool(req.get("stream")))
+        finally:
+            with self.lock:
+                Handler.decoding -= 1
+
+    def _answer(self, events: Iterator[dict[str, Any]], *, stream: bool) -> None:
+        """Send the last event as JSON, or every event as Server-Sent Events."""
+        if not stream:
             *_, last = events
             self._json(200, last)
             return
@@ -153,7 +174,7 @@ class Handler(BaseHTTPRequestHandler):
         out: list[int] = []
         verify_ct, start = 0, time.monotonic()
         while len(out) < max_new:
-            time.sleep(step)
+            time.sleep(step * (1 + a.fake_batch_cost * (Handler.decoding - 1)))
             n = 1  # the first token comes from prefill; AR decodes one token per round
             if out and a.speculative_algorithm:
                 verify_ct += 1

@@ -1,35 +1,37 @@
-"""`repro bench PROFILE...`: AR vs DFLASH vs DDTREE(budgets) x concurrency x temperature on SGLang.
+"""`repro bench PROFILE...`: AR vs DFLASH vs DDTREE(budgets) x load x temperature on SGLang.
 
 For each profile and algorithm (and each DDTREE budget) one server is started from the profile,
-warmed up, and driven by closed-loop clients at every concurrency and temperature; each finished
-request is appended to the results JSONL and fsynced. ``--resume`` skips what the file already
+warmed up, and driven (``repro.evidence.load``) by closed-loop clients at every ``--concurrency``
+and by Poisson arrivals at every ``--request-rate``, at every temperature; each request, finished
+or failed, is appended to the results JSONL and fsynced. ``--resume`` skips what the file already
 holds, so a crash, a dead server or ``--time-limit`` costs nothing but a rerun; it refuses a file
-whose cells were measured with another server command, models or prompts (``repro.evidence.runconfig``).
+whose cells were measured with another server command, models, prompts (``repro.evidence.runconfig``)
+or arrival seed.
 ``--url`` measures a server that is already running instead (its algorithm is read from
 ``/server_info``). ``--interleave`` starts every server at once and measures them in turns, one
 wave of ``c`` requests each per turn, the first of a turn rotating: a shared host's slow swings
 then fall on every algorithm alike, so same-run ratios hold (each cell's throughput counts only
-its own turns' wall time). Every input is checked before the results file is touched.
+its own turns' wall time; an open-loop cell is one turn). Every input is checked before the
+results file is touched.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import re
 import sys
-import threading
 import time
 import uuid
-from collections import deque
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from repro.argtypes import NONNEGATIVE_INT, PORT, POSITIVE_INT, SECONDS, comma_list, number
 from repro.errors import ReproError, UsageError
 from repro.evidence import runconfig
+from repro.evidence.compare import RATIO_HEADERS, latency_ratios, ratio_rows
+from repro.evidence.latency import LATENCY_HEADERS, SPREAD_NOTE, latency_rows
+from repro.evidence.load import Job, Progress, Runner, check_arrivals, warm_up
 from repro.evidence.prompts import PromptSet, load_prompts, request_input, vocab_size
 from repro.evidence.results import (
     HEADERS,
@@ -46,8 +48,6 @@ from repro.schedule import BudgetSchedule
 from repro.serving.profiles import ALGORITHMS, Profile, load_profiles, model_path, models_dir
 from repro.serving.sglang_client import Client, parse_url
 from repro.serving.sglang_server import SGLangServer, check_models, free_port, sigterm_as_interrupt
-from repro.stack import gpuinfo
-from repro.stack.pins import fingerprint
 
 INCOMPLETE = 3  # exit code: stopped at --time-limit; rerun with --resume
 SHARED_MEMORY = 0.9  # --interleave: most of the GPU memory the servers' mem-fraction-static may claim together
@@ -59,13 +59,6 @@ def _url(text: str) -> str:
     except UsageError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return text
-
-
-def _schedule(text: str) -> str:
-    try:
-        return BudgetSchedule.parse(text).text
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _algorithms(text: str) -> list[str]:
@@ -86,8 +79,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="DDTREE budgets, comma list (default: the profile's budget or schedule)")
     parser.add_argument("--schedules", type=_schedule, nargs="+", default=[], metavar="SCHEDULE",
                         help="DDTREE budget schedules, each a server of its own (e.g. 1:63,4:31,16:15)")
-    parser.add_argument("--concurrency", type=comma_list(POSITIVE_INT, "integers >= 1"),
-                        default=[1, 4, 16], help="closed-loop clients, comma list (default 1,4,16)")
+    parser.add_argument("--concurrency", type=comma_list(POSITIVE_INT, "integers >= 1"), default=None,
+                        help="closed-loop clients, comma list (default 1,4,16; none with --request-rate)")
+    parser.add_argument("--request-rate", type=comma_list(number(above=0), "finite numbers > 0"), default=[],
+                        metavar="R", help="open loop: Poisson arrivals per second, comma list (a cell each)")
+    parser.add_argument("--max-concurrency", type=POSITIVE_INT, default=None,
+                        help="open loop: most requests in flight, later arrivals waiting (default --num-prompts)")
+    parser.add_argument("--seed", type=NONNEGATIVE_INT, default=1, help="of the open-loop arrivals (default 1)")
     parser.add_argument("--temperatures", type=comma_list(number(at_least=0), "finite numbers >= 0"),
                         default=[0.0], help="sampling temperatures, comma list (default 0)")
     parser.add_argument("--prompts", default="humaneval",
@@ -98,7 +96,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-prompt-tokens", type=POSITIVE_INT, default=1024,
                         help="cut token-id prompts to their last N ids (default 1024)")
     parser.add_argument("--warmup", type=NONNEGATIVE_INT, default=2,
-                        help="unrecorded warm-up rounds per server, each at every --concurrency")
+                        help="unrecorded warm-up rounds per server, each at every --concurrency "
+                             "(and --max-concurrency)")
     parser.add_argument("-o", "--output", type=Path, default=Path("results/bench.jsonl"))
     parser.add_argument("--resume", action="store_true", help="continue the --output file")
     parser.add_argument("--time-limit", type=SECONDS, default=None, metavar="S",
@@ -118,13 +117,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _check(args: argparse.Namespace) -> None:
-    """What the flag types cannot check alone (each flag's own range is its type's)."""
-    if max(args.concurrency) > args.num_prompts:
-        msg = (
-            f"--num-prompts must be >= the largest --concurrency "
-            f"({max(args.concurrency)}) (got {args.num_prompts})"
-        )
+    """What the flag types cannot check alone (each flag's own range is its type's); the defaults
+    that follow from other flags."""
+    if args.concurrency is None:
+        args.concurrency = [] if args.request_rate else [1, 4, 16]
+    for flag, values in (("--concurrency", args.concurrency), ("--max-concurrency", [args.max_concurrency or 0])):
+        if max(values, default=0) > args.num_prompts:
+            msg = f"--num-prompts must be >= the largest {flag} ({max(values)}) (got {args.num_prompts})"
+            raise UsageError(msg)
+    if args.max_concurrency is not None and not args.request_rate:
+        msg = "--max-concurrency caps open-loop cells: it needs --request-rate"
         raise UsageError(msg)
+    args.max_concurrency = args.max_concurrency or args.num_prompts
     if args.url and len(args.profiles) != 1:
         msg = f"--url takes exactly one PROFILE (got {len(args.profiles)})"
         raise UsageError(msg)
@@ -136,30 +140,11 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError(msg)
 
 
-@dataclass(frozen=True)
-class Job:
-    """One server's work: the profile as served, its cells, the request inputs per prompt, the
-    digests of what it runs (``repro.evidence.runconfig``) and, for ``--url``, the server's info."""
-
-    profile: Profile
-    cells: list[Cell]
-    inputs: list[dict[str, Any]]
-    config: dict[str, str]
-    info: dict[str, Any] | None = None
-
-    def payload(self, index: int, temperature: float, max_new: int, rid: str | None = None) -> dict[str, Any]:
-        """The ``/generate`` body of prompt ``index`` (prompts repeat past the set's end), with
-        the request id ``rid`` when given."""
-        return {**self.inputs[index % len(self.inputs)], **({"rid": rid} if rid else {}), "sampling_params": {
-            "temperature": temperature, "max_new_tokens": max_new, "ignore_eos": True}}
-
-
-def request_id(cell: Cell, session: str, index: int) -> str:
-    """The id a measured request is sent with: ``PROMPTS/SESSION-CELL-INDEX``. An acceptance
-    recording keys its rounds by it (the prompt set before the ``/``, :func:`repro.tuning.recording.prompts_of`),
-    so `repro tune` keeps only the rounds of the cells it analyses (not warm-up, not another T)."""
-    digest = hashlib.sha256(cell.key.encode()).hexdigest()[:10]
-    return f"{cell.prompts.replace('/', '_')}/{session[:12]}-{digest}-{index}"
+def _schedule(text: str) -> str:
+    try:
+        return BudgetSchedule.parse(text).text
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _variants(profile: Profile, algorithms: list[str], budgets: list[int], schedules: list[str]) -> list[Profile]:
@@ -180,124 +165,6 @@ def _variants(profile: Profile, algorithms: list[str], budgets: list[int], sched
     return out
 
 
-def _from_server_info(profile: Profile, info: dict[str, Any]) -> Profile:
-    """The profile as the running server actually serves it."""
-    algorithm = info.get("speculative_algorithm") or "AR"
-    budget = info.get("speculative_ddtree_budget")
-    schedule = info.get("speculative_ddtree_budget_schedule")
-    if not isinstance(algorithm, str) or algorithm.upper() not in ALGORITHMS:
-        msg = f"the server at --url runs {algorithm!r:.40}, not one of {', '.join(ALGORITHMS)}"
-        raise ReproError(msg)
-    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 0):
-        msg = f"the server at --url reports speculative_ddtree_budget {budget!r:.40}, not an integer >= 0"
-        raise ReproError(msg)
-    if schedule is not None and not isinstance(schedule, str):
-        msg = f"the server at --url reports speculative_ddtree_budget_schedule {schedule!r:.40}, not a schedule"
-        raise ReproError(msg)
-    try:
-        return profile.with_algorithm(algorithm, budget, schedule)
-    except UsageError as exc:
-        msg = f"the server at --url serves what repro cannot label: {exc}"
-        raise ReproError(msg) from None
-
-
-class Progress:
-    """A one-line progress bar on stderr (a line per 10% when stderr is not a terminal)."""
-
-    def __init__(self, total: int, done: int) -> None:
-        self.total, self.done, self.lock = total, done, threading.Lock()
-        self.tty = sys.stderr.isatty()
-        self.shown = -1
-
-    def step(self, label: str) -> None:
-        """Count one finished request of ``label`` and redraw the bar."""
-        with self.lock:
-            self.done += 1
-            frac = self.done / max(self.total, 1)
-            if self.tty:
-                bar = "#" * int(30 * frac)
-                sys.stderr.write(f"\r[{bar:<30}] {self.done}/{self.total} {label:<40.40}")
-            elif int(frac * 10) > self.shown:
-                self.shown = int(frac * 10)
-                sys.stderr.write(f"bench: {self.done}/{self.total} requests ({label})\n")
-            sys.stderr.flush()
-
-    def close(self) -> None:
-        """End the bar's line on a terminal."""
-        if self.tty:
-            sys.stderr.write("\n")
-
-
-class Runner:
-    """Drives the cells of one server and records every finished request."""
-
-    def __init__(self, writer: ResultsWriter, session: str, progress: Progress,
-                 deadline: float | None) -> None:
-        self.writer, self.session, self.progress, self.deadline = writer, session, progress, deadline
-        self.stopped = False  # set once the time limit is reached
-        self.slowest_start = 0.0  # seconds the slowest server took to become healthy
-
-    def out_of_time(self, margin: float = 0.0) -> bool:
-        """True when less than ``margin`` seconds are left before the time limit."""
-        return self.deadline is not None and time.monotonic() + margin > self.deadline
-
-    def run_cell(self, client: Client, job: Job, cell: Cell, indices: list[int],  # noqa: C901 - one cell, start to finish
-                 server: SGLangServer | None, turn: int | None = None) -> None:
-        """Run ``indices`` of ``cell`` with ``cell.concurrency`` closed-loop clients (``turn``:
-        which of the cell's ``--interleave`` turns they are, kept in each record)."""
-        queue, lock, stop = deque(indices), threading.Lock(), threading.Event()
-        errors: list[tuple[int, ReproError]] = []
-
-        def worker() -> None:
-            while not stop.is_set():
-                with lock:
-                    if not queue:
-                        return
-                    index = queue.popleft()
-                start, rid = time.time(), request_id(cell, self.session, index)
-                try:
-                    done = client.generate(job.payload(index, cell.temperature, cell.max_new_tokens, rid))
-                except ReproError as exc:
-                    errors.append((index, exc))
-                    stop.set()
-                    return
-                self.writer.append({
-                    "kind": "request", "session": self.session, "cell": asdict(cell),
-                    "index": index, "rid": rid, "start": start, "end": time.time(),
-                    "prompt_tokens": done.prompt_tokens, "completion_tokens": done.completion_tokens,
-                    "spec_verify_ct": done.spec_verify_ct, "tau": done.tau, "ttft_s": done.ttft_s,
-                    "latency_s": done.latency_s, "chunks": done.chunks,
-                    "finish_reason": done.finish_reason, "config": job.config,
-                    **({} if turn is None else {"turn": turn})})
-                self.progress.step(f"{cell.profile} {cell.label} c={cell.concurrency} "
-                                   f"T={cell.temperature:g}")
-                if self.out_of_time():
-                    self.stopped = True
-                    stop.set()
-
-        threads = [threading.Thread(target=worker, daemon=True)
-                   for _ in range(min(cell.concurrency, len(indices)))]
-        for t in threads:
-            t.start()
-        try:
-            for t in threads:
-                t.join()
-        finally:
-            stop.set()
-        if errors:
-            index, exc = errors[0]
-            what = f"request {index} of {cell.label} c={cell.concurrency}"
-            if server is None:
-                msg = f"{what} failed: {exc}"
-                raise ReproError(msg)
-            code = server.wait_exit(5.0)
-            if code is not None:
-                msg = f"exited with code {code} during {what}"
-                raise server.failure(msg)
-            msg = f"failed {what}: {exc}"
-            raise server.failure(msg)
-
-
 def _inputs(prompt_set: PromptSet, profile: Profile, root: Path,
             args: argparse.Namespace) -> list[dict[str, Any]]:
     """The input part of every request body, as this profile's server takes it."""
@@ -308,8 +175,15 @@ def _inputs(prompt_set: PromptSet, profile: Profile, root: Path,
 
 
 def _cells(profile: Profile, prompt_set: PromptSet, args: argparse.Namespace) -> list[Cell]:
-    return [Cell(profile.name, profile.algorithm, profile.budget, c, t, prompt_set.name,
-                 args.max_new_tokens, schedule=profile.budget_schedule) for t in args.temperatures for c in args.concurrency]
+    """Closed-loop cells at every concurrency, then open-loop ones at every request rate, per temperature."""
+    return [Cell(profile.name, profile.algorithm, profile.budget, c, t, prompt_set.name, args.max_new_tokens,
+                 schedule=profile.budget_schedule, request_rate=rate) for t in args.temperatures
+            for c, rate in [(c, None) for c in args.concurrency] + [(args.max_concurrency, r) for r in args.request_rate]]
+
+
+def _widths(args: argparse.Namespace) -> list[int]:
+    """Every cap on requests in flight the cells have: each concurrency, and the open-loop cap."""
+    return args.concurrency + ([args.max_concurrency] if args.request_rate else [])
 
 
 def _jobs(profiles: list[Profile], root: Path, prompt_set: PromptSet,
@@ -328,7 +202,7 @@ def lockstep_note(jobs: list[Job], args: argparse.Namespace) -> str | None:
     """A warning when a server without a tokenizer (a planted target, whose greedy continuation
     follows the last token alone) gets prompts that all end on one token at c > 1: its requests
     would decode one sequence in lockstep, and an MoE target's batch read one token's experts."""
-    if max(args.concurrency) < 2:
+    if max(_widths(args)) < 2:
         return None
     for job in jobs:
         ends = {tuple(body.get("input_ids") or [None])[-1] for body in job.inputs[:args.num_prompts]}
@@ -367,27 +241,10 @@ def _url_job(client: Client, profile: Profile, root: Path, prompt_set: PromptSet
              args: argparse.Namespace) -> Job:
     """The job of a running server, labelled with what its ``/server_info`` says it serves."""
     info = client.server_info()
-    profile = _from_server_info(profile, info)
+    profile = runconfig.from_server_info(profile, info)
     inputs = _inputs(prompt_set, profile, root, args)
     return Job(profile, _cells(profile, prompt_set, args), inputs,
                runconfig.running(info, inputs), info)
-
-
-def _run_record(session: str, profiles: list[Profile]) -> dict[str, Any]:
-    """Where the numbers come from: stack fingerprint, GPU topology, the profiles as run."""
-    stack = fingerprint()
-    text, why = gpuinfo.run_tool(["nvidia-smi", "topo", "-m"])
-    topology: dict[str, Any] = {"error": why}
-    if text is not None:
-        try:
-            links = gpuinfo.parse_topology(text)
-            topology = {"interconnect": gpuinfo.interconnect(links, len(stack.get("gpus") or [])),
-                        "links": {f"{i}-{j}": link for (i, j), link in sorted(links.items())}}
-        except ValueError as exc:
-            topology = {"error": f"cannot parse `nvidia-smi topo -m`: {exc}"}
-    return {"kind": "run", "session": session, "time": time.time(), "argv": sys.argv[1:],
-            "fingerprint": stack, "topology": topology,
-            "profiles": {p.name: p.to_dict() for p in profiles}}
 
 
 def main(args: argparse.Namespace) -> int:
@@ -407,6 +264,7 @@ def main(args: argparse.Namespace) -> int:
         _jobs(profiles, root, prompt_set, args)
     runconfig.check_resumable(records, {c.key: (c, job.config) for job in jobs for c in job.cells},
                               args.output)
+    check_arrivals(records, {c.key: c for job in jobs for c in job.cells}, args.seed, args.output)
     if note := lockstep_note(jobs, args):
         print(note, file=sys.stderr)
     if args.interleave:
@@ -417,10 +275,10 @@ def main(args: argparse.Namespace) -> int:
     deadline = time.monotonic() + args.time_limit if args.time_limit else None
     writer = ResultsWriter(args.output, resume=args.resume)
     runner = Runner(writer, session, Progress(len(work), sum(1 for w in work if w in done)),
-                    deadline)
+                    deadline, args.seed)
     try:
         with sigterm_as_interrupt():
-            writer.append(_run_record(session, profiles))
+            writer.append(runconfig.run_record(session, profiles))
             todos = [(job, {c: [i for i in range(args.num_prompts) if (c.key, i) not in done]
                             for c in job.cells}) for job in jobs]
             work_left = [(job, todo) for job, todo in todos if any(todo.values())]
@@ -432,7 +290,7 @@ def main(args: argparse.Namespace) -> int:
     finally:
         runner.progress.close()
         writer.close()
-    print(format_table(HEADERS, table_rows(summarize(read_records(args.output))), markdown=False))
+    _print_tables(summarize(read_records(args.output)))
     print(f"results: {args.output}")
     if runner.stopped:
         print(f"repro bench: stopped at --time-limit {args.time_limit:g} s; rerun the same command "
@@ -441,28 +299,14 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _warm_up(client: Client, job: Job, rounds: int, widths: list[int], first: int) -> None:
-    """Unrecorded short requests, ``rounds`` times at every concurrency in ``widths``: batch sizes
-    the timed cells will reach compile and allocate here, not inside a measured request. Prompts
-    are taken from index ``first`` on (past the measured ones where the set is large enough, so
-    the radix cache does not shorten measured prefills)."""
-    for width in sorted(set(widths)):
-        for _ in range(rounds):
-            errors: list[ReproError] = []
-
-            def one(i: int) -> None:
-                try:
-                    client.generate(job.payload(first + i, 0.0, 16))
-                except ReproError as exc:
-                    errors.append(exc)  # noqa: B023 - the threads are joined within this iteration
-
-            threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(width)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            if errors:
-                raise errors[0]
+def _print_tables(summaries: list[Any]) -> None:
+    """The summary table, the latency table, and the open-loop latency ratios where there are any."""
+    print(format_table(HEADERS, table_rows(summaries), markdown=False))
+    print(f"\n{SPREAD_NOTE}")
+    print(format_table(LATENCY_HEADERS, latency_rows(summaries), markdown=False))
+    if ratios := latency_ratios(summaries):
+        print("\nopen loop: latency over the baseline at the same rate, with its 95% interval")
+        print(format_table(RATIO_HEADERS, ratio_rows(ratios), markdown=False))
 
 
 def _server(runner: Runner, job: Job, root: Path, args: argparse.Namespace, port: int) -> SGLangServer:
@@ -484,7 +328,7 @@ def _ready(runner: Runner, job: Job, server: SGLangServer, args: argparse.Namesp
                           "label": job.profile.label, "start_s": took, "config": job.config,
                           "server_info": server.client.server_info()})
     try:
-        _warm_up(server.client, job, args.warmup, args.concurrency, args.num_prompts)
+        warm_up(server.client, job, args.warmup, _widths(args), args.num_prompts)
     except ReproError as exc:
         msg = f"failed its warm-up request: {exc}"
         raise server.failure(msg) from None
@@ -528,7 +372,7 @@ def _ports(count: int, first: int | None) -> list[int]:
 def _bench_interleaved(runner: Runner, work: list[tuple[Job, dict[Cell, list[int]]]], root: Path,
                        args: argparse.Namespace) -> None:
     """Every job's server at once; then cell by cell (the jobs' cells share an order), turns of one
-    wave (``c`` requests) per server, the first server of a turn rotating."""
+    wave (``c`` requests; an open-loop cell whole) per server, the first server of a turn rotating."""
     if runner.out_of_time():
         runner.stopped = True
         return
@@ -541,7 +385,8 @@ def _bench_interleaved(runner: Runner, work: list[tuple[Job, dict[Cell, list[int
             lanes = []
             for (job, todo), server in zip(work, servers, strict=True):
                 cell, indices = list(todo.items())[position]
-                waves = [indices[i : i + cell.concurrency] for i in range(0, len(indices), cell.concurrency)]
+                size = len(indices) if cell.request_rate is not None else cell.concurrency
+                waves = [indices[i : i + size] for i in range(0, len(indices), max(size, 1))]
                 lanes.append((job, server, cell, waves))
             for turn in range(max(len(lane[3]) for lane in lanes)):
                 for job, server, cell, waves in lanes[turn % len(lanes):] + lanes[: turn % len(lanes)]:
@@ -554,7 +399,7 @@ def _bench_url(runner: Runner, client: Client, job: Job, args: argparse.Namespac
     runner.writer.append({"kind": "server", "session": runner.session, "profile": job.profile.name,
                           "label": job.profile.label, "start_s": None, "config": job.config,
                           "server_info": job.info})
-    _warm_up(client, job, args.warmup, args.concurrency, args.num_prompts)
+    warm_up(client, job, args.warmup, _widths(args), args.num_prompts)
     for cell, indices in todo.items():
         if indices and not runner.stopped:
             runner.run_cell(client, job, cell, indices, None)

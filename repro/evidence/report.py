@@ -1,9 +1,11 @@
 """`repro report RESULTS... -o DIR`: the handoff report, as Markdown, JSON and PNG plots.
 
 It gathers the verify tiers that ran and why the others were skipped (pytest ``--junitxml``
-files), the stack fingerprint of the machine each benchmark ran on, the benchmark summary, the
-verdicts against each profile's thresholds, TP vs TP+EP throughput, what τ and the measured
-verify cost allow on the full-size targets beside what was served (``--verify-cost``), and plots.
+files), the stack fingerprint of the machine each benchmark ran on, the benchmark summary with its
+latency figures and open-loop latency ratios, the verdicts against each profile's thresholds, TP vs
+TP+EP throughput, what τ and the measured verify cost allow on the full-size targets beside what
+was served (``--verify-cost``), plots, and with ``--baseline`` the results compared cell by cell
+with a baseline run's (a change's before and after) rather than pooled with them.
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from repro.errors import UsageError
-from repro.evidence import plots
+from repro.evidence import compare, plots
+from repro.evidence.intervals import Ratio
+from repro.evidence.latency import LATENCY_HEADERS, SPREAD_NOTE, latency_rows
 from repro.evidence.results import HEADERS, Cell, format_table, read_records, results_files, summarize, table_rows
-from repro.evidence.verdicts import FAIL, judge, tp_ep_points
+from repro.evidence.verdicts import FAIL, INCONCLUSIVE, judge, tp_ep_points
 from repro.files import write_atomic
 from repro.serving.profiles import Profile, load_profiles, load_thresholds
 from repro.tuning import bound
@@ -41,6 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="pytest --junitxml files of the verify run(s)")
     parser.add_argument("--verify-cost", nargs="+", type=Path, default=[], metavar="JSON",
                         help="verify/bench/verify_cost.py results of full-size targets")
+    parser.add_argument("--baseline", type=Path, default=None, metavar="DIR",
+                        help="bench results (a file or directory) to compare RESULTS with cell by cell")
     parser.add_argument("--profile-file", type=Path, default=None, help="another profiles.toml")
     parser.add_argument("--thresholds-file", type=Path, default=None,
                         help="another thresholds.toml")
@@ -119,7 +125,7 @@ def pooled_revisions(records: list[dict[str, Any]]) -> dict[str, list[str]]:
     for r in records:
         if r.get("kind") == "request" and r.get("session") in revision:
             c = Cell(**r["cell"])
-            subject = f"{c.profile} {c.label} c={c.concurrency} T={c.temperature:g}"
+            subject = f"{c.profile} {c.label} {c.load} T={c.temperature:g}"
             subject += f" prompts={c.prompts}" if several else ""
             by_cell.setdefault(subject, set()).add(revision[r["session"]])
     return {cell: sorted(revs) for cell, revs in sorted(by_cell.items()) if len(revs) > 1}
@@ -160,17 +166,54 @@ def _listing(paths: list[str]) -> str:
 
 
 def _bench_tables(summaries: list[Any]) -> list[str]:
-    """The benchmark table, one per prompt set where the results hold several."""
+    """The benchmark and latency tables, one each per prompt set where the results hold several."""
     sets = list(dict.fromkeys(s.cell.prompts for s in summaries))
     out = []
     for prompts in sets:
         mine = [s for s in summaries if s.cell.prompts == prompts]
         out += [*([f"Prompts `{prompts}`:", ""] if len(sets) > 1 else []),
-                format_table(HEADERS, table_rows(mine), markdown=True), ""]
+                format_table(HEADERS, table_rows(mine), markdown=True), "",
+                f"Latency ({SPREAD_NOTE}):", "", format_table(LATENCY_HEADERS, latency_rows(mine), markdown=True), ""]
     return out[:-1] or ["No benchmark results."]
 
 
-def _markdown(data: dict[str, Any], summaries: list[Any]) -> str:
+def _ratio_markdown(ratios: list[compare.LatencyRatio]) -> list[str]:
+    """The open-loop latency ratios section."""
+    out = ["", "## Open-loop latency", ""]
+    if not ratios:
+        return [*out, "No open-loop cell has a baseline at its rate (`repro bench --request-rate`)."]
+    return [*out, ("Each open-loop cell's median and p90 TPOT and end-to-end latency over its baseline's at the same "
+                   "rate, cap and temperature, with the 95% interval (bootstrap over each cell's requests); below 1 is "
+                   "faster. Below saturation every algorithm delivers the offered tokens, so these, not tok/s, tell "
+                   "them apart."), "", format_table(compare.RATIO_HEADERS, compare.ratio_rows(ratios), markdown=True)]
+
+
+def _baseline_markdown(section: dict[str, Any] | None) -> list[str]:
+    """The before/after section of ``--baseline``."""
+    if section is None:
+        return []
+    out = ["", "## Against the baseline", "", (f"Baseline (before){_listing(section['results'])}; after: the "
+           "results above. Each cell measured in both, figure by figure, with after/before and its 95% interval "
+           "(bootstrap over each side's requests)."), ""]
+    out.append(format_table(compare.BEFORE_AFTER_HEADERS, compare.before_after_rows(section["rows"]), markdown=True)
+               if section["rows"] else "No cell was measured in both.")
+    for side, cells in (("before", section["only_before"]), ("after", section["only_after"])):
+        if cells:
+            out += ["", f"Measured {side} only:", "", *(f"- {c}" for c in cells)]
+    return out
+
+
+def _value(v: dict[str, Any]) -> str:
+    """A verdict's value, with its 95% interval where it has one."""
+    if v["value"] is None:
+        return "-"
+    if v["interval"] is None:
+        return f"{v['value']:.3g}"
+    low, high = v["interval"]
+    return Ratio(v["value"], low, high).text()
+
+
+def _markdown(data: dict[str, Any], summaries: list[Any], ratios: list[compare.LatencyRatio]) -> str:
     out = ["# k26-ddtree-repro handoff report", "",
            (f"Written {data['written']} from {len(data['results'])} results file(s), "
             f"{data['requests']} recorded requests" + _listing(data["results"]) + "."), "",
@@ -189,21 +232,26 @@ def _markdown(data: dict[str, Any], summaries: list[Any]) -> str:
     out += ["## Verdicts", ""]
     if data["verdicts"]:
         sources = list(dict.fromkeys(v["source"] for v in data["verdicts"]))
-        rows = [[v["check"], v["subject"], "-" if v["value"] is None else f"{v['value']:.3g}",
-                 v["bound"] or "-", v["status"].upper() if v["status"] == FAIL else v["status"],
+        rows = [[v["check"], v["subject"], _value(v), v["bound"] or "-",
+                 v["status"].upper() if v["status"] == FAIL else v["status"],
                  f"[{sources.index(v['source']) + 1}]"] for v in data["verdicts"]]
         out.append(format_table(("check", "subject", "value", "bound", "status", "source"), rows,
                                 markdown=True))
-        out += ["", "Sources (from repro/data/thresholds.toml unless said otherwise):", "",
+        out += ["", ("A value's 95% interval, where it has one, is in brackets; a floor strictly inside it is "
+                     "inconclusive."), "", "Sources (from repro/data/thresholds.toml unless said otherwise):", "",
                 *(f"{i}. {source}" for i, source in enumerate(sources, 1))]
     else:
         out.append("No benchmark results: nothing to judge.")
     out += ["", "## Benchmarks", "", *_bench_tables(summaries)]
-    out += ["", ("tok/s: output tokens over wall time per cell; tau: completion tokens / verify "
+    out += ["", ("c: closed-loop clients, or with a rate (open loop: Poisson arrivals per second) the cap on requests "
+                 "in flight; tok/s: output tokens over wall time per cell; tau: completion tokens / verify "
                  "rounds (bonus included); ITL: inter-token latency, a chunk of k tokens counting as k "
-                 "gaps; speedup: tok/s over AR at the same concurrency and temperature, x DFLASH: a DDTREE "
-                 "cell's over DFLASH's, each from the runs that served both cells side by side (a run without AR "
-                 "through its DFLASH cell), else from the pooled cells.")]
+                 "gaps; TPOT: a request's (latency - TTFT) / (tokens - 1); E2E: a request's latency; in flight: "
+                 "request-seconds over wall time; speedup: tok/s over AR at the same load and temperature, x DFLASH: "
+                 "a DDTREE cell's over DFLASH's, each from the runs that served both cells side by side (a run without AR "
+                 "through its DFLASH cell), else from the pooled cells; closed loop, with a 95% interval (bootstrap over "
+                 "the two cells' requests of tokens per request-second). Failed requests (an HTTP error, a refusal, a "
+                 "timeout) are counted apart; the figures are the completed requests'.")]
     if data["pooled_revisions"]:
         out += ["", "Cells pooled from runs at more than one commit (their figures average different code):", "",
                 *(f"- {cell}: {', '.join(revs)}" for cell, revs in data["pooled_revisions"].items())]
@@ -227,6 +275,8 @@ def _markdown(data: dict[str, Any], summaries: list[Any]) -> str:
                     if note is None else f"- {caption}: not drawn, {note}"]
     else:
         out.append("No verify-cost result was given (`--verify-cost`).")
+    out += _ratio_markdown(ratios)
+    out += _baseline_markdown(data["baseline"])
     out += tune_markdown(data["tune"])
     out += ["", "## Plots", ""]
     for name, caption in PLOTS.items():
@@ -240,7 +290,11 @@ def main(args: argparse.Namespace) -> int:
     if not args.results and not args.tiers and not args.verify_cost:
         msg = "give RESULTS files or directories, --tiers JUNIT_XML or --verify-cost JSON"
         raise UsageError(msg)
-    missing = [p for p in [*args.results, *args.tiers, *args.verify_cost] if not p.exists()]
+    if args.baseline is not None and not args.results:
+        msg = "--baseline compares RESULTS with it: give RESULTS files or directories too"
+        raise UsageError(msg)
+    missing = [p for p in [*args.results, *args.tiers, *args.verify_cost, *filter(None, [args.baseline])]
+               if not p.exists()]
     if missing:
         msg = f"{missing[0]} does not exist"
         raise UsageError(msg)
@@ -251,20 +305,23 @@ def main(args: argparse.Namespace) -> int:
     records = [r for rs in by_file.values() for r in rs]
     tiers = read_tiers(args.tiers)
     summaries = summarize(records)
+    closed = [s for s in summaries if s.cell.request_rate is None]  # throughput figures: closed loop only
+    ratios = compare.latency_ratios(summaries)
+    baseline = _baseline(args.baseline, summaries)
     profiles = _profiles(by_file, args.profile_file)
     verdicts = judge(summaries, profiles, load_thresholds(args.thresholds_file))
     points = tp_ep_points(summaries, profiles)
     tunes = tune_results(records)
     costs = [bound.allowed(p) for p in args.verify_cost]
     for section in costs:
-        bound.add_measured(section, summaries, {name: p.model for name, p in profiles.items()})
+        bound.add_measured(section, closed, {name: p.model for name, p in profiles.items()})
     out_dir = args.output_dir
     out_dir.mkdir(parents=True, exist_ok=True)
     for section in costs:
         section["figure_note"] = plots.verify_cost_vs_tokens(
             section["cost_rows"], out_dir / f"verify_cost_{section['model']}.png", title=section["model"])
     drawn = {name: draw(out_dir / name) for name, draw in {
-        "speedup_vs_budget.png": lambda path: plots.speedup_vs_budget(summaries, path),
+        "speedup_vs_budget.png": lambda path: plots.speedup_vs_budget(closed, path),
         "tau_histogram.png": lambda path: plots.tau_histogram(summaries, path),
         "tp_vs_ep_throughput.png": lambda path: plots.tp_ep_throughput(points, path),
         "tune_predicted_vs_measured.png": lambda path: plots.tune_prediction(tunes, path),
@@ -278,19 +335,30 @@ def main(args: argparse.Namespace) -> int:
         "requests": sum(1 for r in records if r["kind"] == "request"),
         "tiers": tiers, "fingerprints": _fingerprints(records),
         "verdicts": [asdict(v) for v in verdicts],
-        "summaries": [{**asdict(s.cell), **{k: v for k, v in asdict(s).items() if k != "cell"}}
+        "summaries": [{**asdict(s.cell), **{k: v for k, v in asdict(s).items() if k not in ("cell", "samples")}}
                       for s in summaries],
+        "latency_ratios": [r.as_dict() for r in ratios], "baseline": baseline,
         "pooled_revisions": pooled_revisions(records),
         "tp_vs_ep": [{**asdict(p), "ratio": p.ratio} for p in points], "plots": drawn, "tune": tunes,
         "verify_cost": costs,
     }
     write_atomic(out_dir / "report.json", json.dumps(data, indent=2, default=str) + "\n")
-    write_atomic(out_dir / "report.md", _markdown(data, summaries) + "\n")
+    write_atomic(out_dir / "report.md", _markdown(data, summaries, ratios) + "\n")
     failed = sum(1 for v in verdicts if v.status == FAIL)
+    unsure = sum(1 for v in verdicts if v.status == INCONCLUSIVE)
     ran = ", ".join(f"{t} {d['status']}" for t, d in data["tiers"].items())
     print(f"report: {out_dir / 'report.md'} ({len(verdicts)} verdicts, {failed} failed"
-          f"{'; tiers: ' + ran if ran else ''})")
+          f"{f', {unsure} inconclusive' if unsure else ''}{'; tiers: ' + ran if ran else ''})")
     return 0
+
+
+def _baseline(path: Path | None, after: list[Any]) -> dict[str, Any] | None:
+    """``--baseline``'s files and its comparison with the summaries of RESULTS (None without it)."""
+    if path is None:
+        return None
+    files = results_files([path])
+    before = summarize(r for f in files for r in read_records(f, "--baseline"))
+    return {"results": [str(f) for f in files], **compare.before_after(before, after)}
 
 
 def tune_results(records: list[dict[str, Any]]) -> list[dict[str, Any]]:

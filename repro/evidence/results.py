@@ -2,10 +2,10 @@
 
 Every line is one JSON record with a ``kind``: ``run`` (a bench invocation: argv, stack
 fingerprint, profiles), ``server`` (a server's ``/server_info`` snapshot) or ``request`` (one
-finished request). Lines are appended, flushed and fsynced one at a time, so a crash loses at
-most the line being written; readers drop a torn last line and resume cuts it away (a complete
-last record that only lacks its newline is kept). Every record read is checked, so summaries
-and reports never meet a missing or mistyped key.
+finished request, or a failed one with its ``error``). Lines are appended, flushed and fsynced one
+at a time, so a crash loses at most the line being written; readers drop a torn last line and
+resume cuts it away (a complete last record that only lacks its newline is kept). Every record
+read is checked (:mod:`repro.evidence.records`).
 """
 
 from __future__ import annotations
@@ -14,14 +14,16 @@ import json
 import os
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from repro.errors import UsageError
-from repro.files import is_finite_number, parse_json, read_text
-from repro.schedule import BudgetSchedule
+from repro.evidence import intervals
+from repro.evidence.latency import Samples, Spread, e2e_s, itl_s, rate_text, samples
+from repro.evidence.records import ALGORITHM_ORDER, OPTIONAL_CELL_FIELDS, check_record
+from repro.files import parse_json, read_text
 
 
 @dataclass(frozen=True)
@@ -52,10 +54,10 @@ class Cell:
             return self.algorithm
         return f"DDTREE S={self.schedule}" if self.schedule is not None else f"DDTREE B={self.budget}"
 
-
-OPTIONAL_CELL_FIELDS = ("schedule", "request_rate")
-ALGORITHM_ORDER = {"AR": 0, "DFLASH": 1, "DDTREE": 2}
-KINDS = ("run", "server", "request", "tune")  # tune: `repro tune`'s result, read by `repro report`
+    @property
+    def load(self) -> str:
+        """How the cell loads its server: ``c=4`` (closed loop) or ``rate=2/s c<=16`` (open loop, capped)."""
+        return f"c={self.concurrency}" if self.request_rate is None else f"rate={self.request_rate:g}/s c<={self.concurrency}"
 
 
 def label_order(label: str) -> tuple[int, int, str]:
@@ -155,110 +157,6 @@ def read_records(path: Path, what: str = "results file") -> list[dict[str, Any]]
     return records
 
 
-def _is_int(v: Any, low: int = 0) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= low
-
-
-def _is_seconds(v: Any) -> bool:
-    return is_finite_number(v) and v >= 0
-
-
-_CELL_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "profile": (lambda v: isinstance(v, str), "a string"),
-    "algorithm": (lambda v: v in ALGORITHM_ORDER, f"one of {', '.join(ALGORITHM_ORDER)}"),
-    "budget": (lambda v: v is None or _is_int(v), "an integer >= 0 or null"),
-    "concurrency": (lambda v: _is_int(v, 1), "an integer >= 1"),
-    "temperature": (_is_seconds, "a finite number >= 0"),
-    "prompts": (lambda v: isinstance(v, str), "a string"),
-    "max_new_tokens": (lambda v: _is_int(v, 1), "an integer >= 1"),
-    "schedule": (lambda v: v is None or _is_schedule(v), "a budget schedule (e.g. '1:63,16:15') or null"),
-    "request_rate": (lambda v: v is None or (is_finite_number(v) and v > 0), "a number > 0 or null"),
-}
-_REQUEST_FIELDS: dict[str, tuple[Callable[[Any], bool], str, bool]] = {  # check, expected, required
-    "session": (lambda v: isinstance(v, str), "a string", True),
-    "index": (_is_int, "an integer >= 0", True),
-    "rid": (lambda v: isinstance(v, str) and bool(v), "a non-empty string", False),  # bench.request_id
-    "turn": (_is_int, "an integer >= 0", False),  # bench --interleave: which of the cell's turns
-    "start": (is_finite_number, "a finite number", True),
-    "end": (is_finite_number, "a finite number", True),
-    "completion_tokens": (_is_int, "an integer >= 0", True),
-    "ttft_s": (_is_seconds, "a finite number >= 0", True),
-    "prompt_tokens": (_is_int, "an integer >= 0", False),
-    "latency_s": (_is_seconds, "a finite number >= 0", False),
-    "spec_verify_ct": (lambda v: v is None or _is_int(v, 1), "an integer >= 1 or null", False),
-    "tau": (lambda v: v is None or (is_finite_number(v) and v > 0), "a number > 0 or null", False),
-    "chunks": (lambda v: isinstance(v, list) and all(
-        isinstance(c, list) and len(c) == 2 and _is_seconds(c[0]) and _is_int(c[1], 1) for c in v),
-        "a list of [seconds, tokens] pairs", False),
-    "finish_reason": (lambda v: v is None or isinstance(v, str), "a string or null", False),
-    "config": (lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in v.values()),
-               "an object of digests", False),
-}
-_OTHER_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {  # optional in run/server records
-    "session": (lambda v: isinstance(v, str), "a string"),
-    "profiles": (lambda v: isinstance(v, dict), "an object"),
-    "fingerprint": (lambda v: v is None or isinstance(v, dict), "an object or null"),
-    "topology": (lambda v: v is None or isinstance(v, dict), "an object or null"),
-    "profile": (lambda v: isinstance(v, str), "a string"),
-    "label": (lambda v: isinstance(v, str), "a string"),
-}
-
-
-def check_record(record: Any, where: str) -> dict[str, Any]:
-    """``record`` if it is a results record whose keys have the types the readers rely on."""
-    def fail(problem: str) -> None:
-        msg = f"{where}: {problem}"
-        raise UsageError(msg)
-
-    if not isinstance(record, dict) or record.get("kind") not in KINDS:
-        fail(f"not a results record (expected a JSON object whose kind is {', '.join(KINDS)}; "
-             f"got {record!r:.60})")
-    if record["kind"] != "request":
-        for key, (ok, expected) in _OTHER_FIELDS.items():
-            if key in record and not ok(record[key]):
-                fail(f"key '{key}' must be {expected} (got {record[key]!r:.60})")
-        return record
-    _check_request(record, fail)
-    return record
-
-
-def _check_request(record: dict[str, Any], fail: Callable[[str], None]) -> None:
-    for key, (ok, expected, required) in _REQUEST_FIELDS.items():
-        if key not in record:
-            if required:
-                fail(f"key '{key}' is missing (expected {expected})")
-        elif not ok(record[key]):
-            fail(f"key '{key}' must be {expected} (got {record[key]!r:.60})")
-    if record["end"] < record["start"]:
-        fail(f"key 'end' must be >= start ({record['start']}) (got {record['end']})")
-    _check_cell(record.get("cell"), fail)
-
-
-def _check_cell(cell: Any, fail: Callable[[str], None]) -> None:
-    required = set(_CELL_FIELDS) - set(OPTIONAL_CELL_FIELDS)
-    if not isinstance(cell, dict) or not required <= set(cell) <= set(_CELL_FIELDS):
-        fail(f"key 'cell' must be an object with the keys {', '.join(sorted(required))} (and optionally "
-             f"{', '.join(OPTIONAL_CELL_FIELDS)}) (got {cell!r:.80})")
-    for key, (ok, expected) in _CELL_FIELDS.items():
-        if key in cell and not ok(cell[key]):
-            fail(f"key 'cell.{key}' must be {expected} (got {cell[key]!r:.60})")
-    scheduled = cell.get("schedule") is not None
-    if (cell["algorithm"] == "DDTREE" and not scheduled) != (cell["budget"] is not None):
-        fail(f"key 'cell.budget' must be set for DDTREE without a schedule and only then (got {cell['budget']!r} "
-             f"for {cell['algorithm']})")
-    if scheduled and cell["algorithm"] != "DDTREE":
-        fail(f"key 'cell.schedule' must be null for {cell['algorithm']} (got {cell['schedule']!r:.40})")
-
-
-def _is_schedule(value: Any) -> bool:
-    if not isinstance(value, str):
-        return False
-    try:
-        return BudgetSchedule.parse(value).text == value
-    except ValueError:
-        return False
-
-
 def results_files(paths: Iterable[Path]) -> list[Path]:
     """The files named, a directory standing for the ``*.jsonl`` (and gzipped ``*.jsonl.gz``) files in it."""
     return [f for p in paths
@@ -271,37 +169,38 @@ def load_records(paths: Iterable[Path], what: str = "RESULTS") -> list[dict[str,
 
 
 def finished(records: Iterable[dict[str, Any]]) -> set[tuple[str, int]]:
-    """(cell key, request index) of every request already recorded."""
+    """(cell key, request index) of every request already recorded (a failed one too: its failure is measured)."""
     return {(Cell(**r["cell"]).key, r["index"]) for r in records if r.get("kind") == "request"}
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    """The ``q``-th percentile (0..100) with linear interpolation; None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q / 100
-    lo = int(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
 @dataclass
 class CellSummary:
-    """The measured numbers of one cell."""
+    """The measured numbers of one cell (figures over its completed requests; ``failed`` counts the others)."""
 
     cell: Cell
-    requests: int
+    requests: int  # completed
+    failed: int
     output_tokens: int
     output_tok_s: float
+    request_s: float  # completed requests per second of wall time
     decode_tok_s: float | None  # steady state: tokens after each request's first over the time after it, x c
     tau_mean: float | None
-    ttft_p50_ms: float | None
-    itl_p50_ms: float | None
-    itl_p99_ms: float | None
+    in_flight: float | None  # mean requests in flight: request-seconds over wall time (Little's law)
+    ttft_ms: Spread | None
+    tpot_ms: Spread | None
+    itl_ms: Spread | None
+    e2e_ms: Spread | None
+    samples: Samples
     taus: list[float] = field(default_factory=list)
-    speedup: float | None = None  # over AR of the same profile, concurrency, temperature, prompts
+    speedup: float | None = None  # over AR of the same profile, load, temperature, prompts
     over_dflash: float | None = None  # DDTREE: over DFLASH, likewise
+    speedup_interval: tuple[float, float] | None = None  # closed loop: 95%, bootstrap over requests
+    over_dflash_interval: tuple[float, float] | None = None
+
+
+def completed(record: dict[str, Any]) -> bool:
+    """True for the record of a request that finished (not one recorded with its ``error``)."""
+    return record.get("kind") == "request" and "error" not in record
 
 
 def _summary(cell: Cell, rows: list[dict[str, Any]]) -> CellSummary:
@@ -311,27 +210,30 @@ def _summary(cell: Cell, rows: list[dict[str, Any]]) -> CellSummary:
     # Wall time per bench invocation (and per --interleave turn), so a resumed cell does not count
     # the time between runs, nor an interleaved one the other servers' turns.
     wall = sum(max(r["end"] for r in rs) - min(r["start"] for r in rs) for rs in sessions.values())
-    tokens = sum(r["completion_tokens"] for r in rows)
-    taus = [r["tau"] for r in rows if r.get("tau") is not None]
-    # Inter-token latency per token: a chunk of k tokens after a gap g counts as k gaps of g/k.
-    itl = [gap / n for r in rows for gap, n in r.get("chunks", []) for _ in range(n)]
-    # Steady-state decode: the first token's wait (prefill, queueing; TTFT) left out; c requests at once.
-    decode_s = sum(gap for r in rows for gap, _ in r.get("chunks", []))
-    ms = lambda v: None if v is None else v * 1e3  # noqa: E731
+    done = [r for r in rows if completed(r)]
+    per = samples(done)
+    taus = [r["tau"] for r in done if r.get("tau") is not None]
+    itl = itl_s(done)
+    in_flight = sum(e2e_s(r) for r in rows) / wall if wall > 0 else None
+    # Steady-state decode: the first token's wait (prefill, queueing; TTFT) left out; c requests at once
+    # (open loop: as many as were in flight on average).
+    decode_s = sum(gap for r in done for gap, _ in r.get("chunks", []))
+    width = cell.concurrency if cell.request_rate is None else in_flight or 0.0
     return CellSummary(
-        cell=cell, requests=len(rows), output_tokens=tokens,
-        output_tok_s=tokens / wall if wall > 0 else 0.0,
-        decode_tok_s=cell.concurrency * len(itl) / decode_s if decode_s > 0 else None,
-        tau_mean=sum(taus) / len(taus) if taus else None,
-        ttft_p50_ms=ms(percentile([r["ttft_s"] for r in rows], 50)),
-        itl_p50_ms=ms(percentile(itl, 50)), itl_p99_ms=ms(percentile(itl, 99)), taus=taus,
+        cell=cell, requests=len(done), failed=len(rows) - len(done), output_tokens=sum(per.tokens),
+        output_tok_s=sum(per.tokens) / wall if wall > 0 else 0.0, request_s=len(done) / wall if wall > 0 else 0.0,
+        decode_tok_s=width * len(itl) / decode_s if decode_s > 0 else None,
+        tau_mean=sum(taus) / len(taus) if taus else None, in_flight=in_flight,
+        ttft_ms=Spread.of([r["ttft_s"] for r in done]), tpot_ms=Spread.of(per.tpot_s), itl_ms=Spread.of(itl),
+        e2e_ms=Spread.of(per.e2e_s), samples=per, taus=taus,
     )
 
 
 def summarize(records: Iterable[dict[str, Any]]) -> list[CellSummary]:
     """One summary per cell, sorted for reading, with its speedup over the matching AR cell and a
     DDTREE cell's over the DFLASH one: from the runs that served both side by side where there are
-    any (AR's via DFLASH's where a run served DFLASH and not AR), else from the pooled cells."""
+    any (AR's via DFLASH's where a run served DFLASH and not AR), else from the pooled cells; closed
+    loop, each with its 95% interval (bootstrap over the two cells' requests)."""
     by_cell: dict[str, list[dict[str, Any]]] = {}
     cells: dict[str, Cell] = {}
     for r in records:
@@ -341,26 +243,38 @@ def summarize(records: Iterable[dict[str, Any]]) -> list[CellSummary]:
             by_cell.setdefault(cell.key, []).append(r)
     summaries = sorted(
         (_summary(cells[k], rows) for k, rows in by_cell.items()),
-        key=lambda s: (s.cell.profile, s.cell.prompts, s.cell.temperature,
-                       label_order(s.cell.label), s.cell.concurrency))
-    pooled = {s.cell.key: s.output_tok_s for s in summaries}
+        key=lambda s: (s.cell.profile, s.cell.prompts, s.cell.temperature, label_order(s.cell.label),
+                       s.cell.request_rate is not None, s.cell.request_rate or 0, s.cell.concurrency))
+    pooled = {s.cell.key: s for s in summaries}
     in_session = _session_tok_s(by_cell, cells)
     for s in summaries:
         ar = replace(s.cell, algorithm="AR", budget=None, schedule=None).key
         dflash = replace(s.cell, algorithm="DFLASH", budget=None, schedule=None).key
         dflash_over_ar = _side_by_side(dflash, ar, in_session)
         through = (dflash, dflash_over_ar) if dflash_over_ar else None
-        s.speedup = _either(_side_by_side(s.cell.key, ar, in_session, through=through), s.output_tok_s, pooled.get(ar))
+        s.speedup = _either(_side_by_side(s.cell.key, ar, in_session, through=through), s, pooled.get(ar))
+        s.speedup_interval = _interval(s, s.speedup, pooled.get(ar))
         if s.cell.algorithm == "DDTREE":
-            s.over_dflash = _either(_side_by_side(s.cell.key, dflash, in_session), s.output_tok_s, pooled.get(dflash))
+            s.over_dflash = _either(_side_by_side(s.cell.key, dflash, in_session), s, pooled.get(dflash))
+            s.over_dflash_interval = _interval(s, s.over_dflash, pooled.get(dflash))
     return summaries
 
 
-def _either(matched: float | None, tok_s: float, pooled_base: float | None) -> float | None:
+def _either(matched: float | None, s: CellSummary, pooled_base: CellSummary | None) -> float | None:
     """The side-by-side ratio, else the ratio of the pooled cells (runs that never served both)."""
     if matched is not None:
         return matched
-    return tok_s / pooled_base if pooled_base else None
+    return s.output_tok_s / pooled_base.output_tok_s if pooled_base and pooled_base.output_tok_s else None
+
+
+def _interval(s: CellSummary, value: float | None, base: CellSummary | None) -> tuple[float, float] | None:
+    """The 95% interval of a closed-loop cell's throughput ratio ``value`` over ``base``: each
+    cell's tokens per request-second, bootstrapped over its requests (none for a cell over itself)."""
+    if value is None or base is None or base is s or s.cell.request_rate is not None:
+        return None
+    per = [list(zip(x.samples.tokens, x.samples.e2e_s, strict=True)) for x in (s, base)]
+    got = intervals.ratio(value, per[0], per[1], intervals.throughput)
+    return None if got.low is None or got.high is None else (got.low, got.high)
 
 
 def _session_tok_s(by_cell: dict[str, list[dict[str, Any]]],
@@ -391,21 +305,24 @@ def _side_by_side(key: str, base: str, in_session: dict[str, dict[str, tuple[flo
     return total / weight if weight else None
 
 
-HEADERS = ("profile", "algorithm", "c", "T", "n", "tok/s", "decode tok/s", "tau", "TTFT p50 ms", "ITL p50 ms",
-           "ITL p99 ms", "speedup", "x DFLASH")
+HEADERS = ("profile", "algorithm", "c", "rate", "T", "n", "tok/s", "decode tok/s", "tau", "TTFT p50 ms",
+           "ITL p50 ms", "ITL p99 ms", "speedup", "x DFLASH")
 
 
 def _fmt(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+def _ratio_text(value: float | None, interval: tuple[float, float] | None) -> str:
+    return "-" if value is None else intervals.Ratio(value, *(interval or (None, None))).text("x")
+
+
 def table_rows(summaries: Iterable[CellSummary]) -> list[list[str]]:
-    """Summary rows as strings, in :data:`HEADERS` order."""
-    return [[s.cell.profile, s.cell.label, str(s.cell.concurrency), f"{s.cell.temperature:g}",
-             str(s.requests), _fmt(s.output_tok_s), _fmt(s.decode_tok_s), _fmt(s.tau_mean, 2), _fmt(s.ttft_p50_ms),
-             _fmt(s.itl_p50_ms, 2), _fmt(s.itl_p99_ms, 2),
-             "-" if s.speedup is None else f"{s.speedup:.2f}x",
-             "-" if s.over_dflash is None else f"{s.over_dflash:.2f}x"]
+    """Summary rows as strings, in :data:`HEADERS` order (a ratio with its 95% interval where it has one)."""
+    return [[s.cell.profile, s.cell.label, str(s.cell.concurrency), rate_text(s.cell.request_rate),
+             f"{s.cell.temperature:g}", str(s.requests), _fmt(s.output_tok_s), _fmt(s.decode_tok_s), _fmt(s.tau_mean, 2),
+             _fmt(s.ttft_ms and s.ttft_ms.p50), _fmt(s.itl_ms and s.itl_ms.p50, 2), _fmt(s.itl_ms and s.itl_ms.p99, 2),
+             _ratio_text(s.speedup, s.speedup_interval), _ratio_text(s.over_dflash, s.over_dflash_interval)]
             for s in summaries]
 
 

@@ -9,19 +9,26 @@ edited profile, a swapped model or a changed prompt file cannot pass old numbers
   the server's own ``/server_info`` settings;
 - ``models``: each model directory's file names and sizes and its ``config.json`` bytes;
 - ``prompts``: the request inputs exactly as sent (text or token ids, cut to their limit).
+
+Beside them: the run record (where the numbers come from: the stack fingerprint, the GPU topology,
+the profiles as run) and, for ``--url``, the profile as the running server serves it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
-from repro.errors import UsageError
+from repro.errors import ReproError, UsageError
 from repro.evidence.results import Cell
-from repro.serving.profiles import Profile, model_path
+from repro.serving.profiles import ALGORITHMS, Profile, model_path
 from repro.serving.sglang_server import server_argv
+from repro.stack import gpuinfo
+from repro.stack.pins import fingerprint
 
 PARTS = {"command": "server command", "models": "model set", "prompts": "prompt set"}
 # /server_info settings that decide what a --url server measures (host, port and the live
@@ -80,7 +87,7 @@ def check_resumable(records: list[dict[str, Any]], planned: dict[str, tuple[Cell
             what = (f"measured with a different {' and '.join(changed)} than this run would use"
                     if "config" in r else "without a configuration digest (an older repro bench "
                     "wrote them), so they cannot be matched to this run")
-            msg = (f"--resume: {path} holds {cell.profile} {cell.label} c={cell.concurrency} "
+            msg = (f"--resume: {path} holds {cell.profile} {cell.label} {cell.load} "
                    f"T={cell.temperature:g} results {what}; write to a new -o file")
             raise UsageError(msg)
 
@@ -90,3 +97,41 @@ def differences(recorded: Any, now: dict[str, str]) -> list[str]:
     if not isinstance(recorded, dict):
         return list(PARTS.values())
     return [name for part, name in PARTS.items() if recorded.get(part) != now[part]]
+
+
+def from_server_info(profile: Profile, info: dict[str, Any]) -> Profile:
+    """The profile as the running server actually serves it."""
+    algorithm = info.get("speculative_algorithm") or "AR"
+    budget = info.get("speculative_ddtree_budget")
+    schedule = info.get("speculative_ddtree_budget_schedule")
+    if not isinstance(algorithm, str) or algorithm.upper() not in ALGORITHMS:
+        msg = f"the server at --url runs {algorithm!r:.40}, not one of {', '.join(ALGORITHMS)}"
+        raise ReproError(msg)
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 0):
+        msg = f"the server at --url reports speculative_ddtree_budget {budget!r:.40}, not an integer >= 0"
+        raise ReproError(msg)
+    if schedule is not None and not isinstance(schedule, str):
+        msg = f"the server at --url reports speculative_ddtree_budget_schedule {schedule!r:.40}, not a schedule"
+        raise ReproError(msg)
+    try:
+        return profile.with_algorithm(algorithm, budget, schedule)
+    except UsageError as exc:
+        msg = f"the server at --url serves what repro cannot label: {exc}"
+        raise ReproError(msg) from None
+
+
+def run_record(session: str, profiles: list[Profile]) -> dict[str, Any]:
+    """Where the numbers come from: stack fingerprint, GPU topology, the profiles as run."""
+    stack = fingerprint()
+    text, why = gpuinfo.run_tool(["nvidia-smi", "topo", "-m"])
+    topology: dict[str, Any] = {"error": why}
+    if text is not None:
+        try:
+            links = gpuinfo.parse_topology(text)
+            topology = {"interconnect": gpuinfo.interconnect(links, len(stack.get("gpus") or [])),
+                        "links": {f"{i}-{j}": link for (i, j), link in sorted(links.items())}}
+        except ValueError as exc:
+            topology = {"error": f"cannot parse `nvidia-smi topo -m`: {exc}"}
+    return {"kind": "run", "session": session, "time": time.time(), "argv": sys.argv[1:],
+            "fingerprint": stack, "topology": topology,
+            "profiles": {p.name: p.to_dict() for p in profiles}}

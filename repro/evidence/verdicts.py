@@ -1,8 +1,10 @@
 """Judge benchmark summaries against each profile's threshold set (used by reports and the live tier).
 
-Floors apply at the set's ``at`` conditions (concurrency, temperature); DDTREE is judged at the
-set's ``at`` budget, else at the profile's own. TP vs TP+EP pairs are two profiles of one machine and model with the same
-tp, one with ep 1 and one with ep > 1; their ratio is judged with the TP profile's set.
+Floors apply to closed-loop cells at the set's ``at`` conditions (concurrency, temperature); DDTREE
+is judged at the set's ``at`` budget, else at the profile's own. A ratio whose 95% interval
+(bootstrap over requests) holds its floor strictly inside is inconclusive, neither pass nor fail.
+TP vs TP+EP pairs are two profiles of one machine and model with the same tp, one with ep 1 and
+one with ep > 1; their ratio is judged with the TP profile's set.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 from repro.evidence.results import CellSummary, label_order
 from repro.serving.profiles import Profile, ThresholdSet
 
-PASS, FAIL, NOT_MEASURED, RECORDED = "pass", "fail", "not measured", "recorded"
+PASS, FAIL, NOT_MEASURED, RECORDED, INCONCLUSIVE = "pass", "fail", "not measured", "recorded", "inconclusive"
 
 
 @dataclass(frozen=True)
@@ -24,8 +26,9 @@ class Verdict:
     subject: str  # what was measured, e.g. "test-h200-tp1 DDTREE B=32 c=1 T=0"
     value: float | None
     bound: str  # e.g. ">= 3.5"; empty when recorded only
-    status: str  # PASS | FAIL | NOT_MEASURED | RECORDED
+    status: str  # PASS | FAIL | NOT_MEASURED | RECORDED | INCONCLUSIVE
     source: str
+    interval: tuple[float, float] | None = None  # the value's 95% interval, where it has one
 
 
 @dataclass(frozen=True)
@@ -51,7 +54,8 @@ def tp_ep_points(summaries: list[CellSummary], profiles: dict[str, Profile]) -> 
     """Every cell measured under a TP profile and its TP+EP twin."""
     def match(s: CellSummary) -> tuple[object, ...]:
         c = s.cell
-        return (c.algorithm, c.budget, c.concurrency, c.temperature, c.prompts, c.max_new_tokens)
+        return (c.algorithm, c.budget, c.schedule, c.concurrency, c.request_rate, c.temperature, c.prompts,
+                c.max_new_tokens)
 
     points = []
     by_profile: dict[str, dict[tuple[object, ...], CellSummary]] = {}
@@ -75,10 +79,13 @@ def tp_ep_points(summaries: list[CellSummary], profiles: dict[str, Profile]) -> 
                                          p.concurrency))
 
 
-def _floor(check: str, subject: str, value: float | None, floor: float, source: str) -> Verdict:
+def _floor(check: str, subject: str, value: float | None, floor: float, source: str,
+           interval: tuple[float, float] | None = None) -> Verdict:
     if value is None:
         return Verdict(check, subject, None, f">= {floor:g}", NOT_MEASURED, source)
-    return Verdict(check, subject, value, f">= {floor:g}", PASS if value >= floor else FAIL, source)
+    if interval is not None and interval[0] < floor < interval[1]:
+        return Verdict(check, subject, value, f">= {floor:g}", INCONCLUSIVE, source, interval)
+    return Verdict(check, subject, value, f">= {floor:g}", PASS if value >= floor else FAIL, source, interval)
 
 
 def _profile_verdicts(profile: Profile, tset: ThresholdSet,
@@ -87,7 +94,7 @@ def _profile_verdicts(profile: Profile, tset: ThresholdSet,
     schedule = None if tset.at_budget else profile.budget_schedule  # the set's budget, else the profile's own
     judged = f"S={schedule}" if schedule else f"B={budget}"
     at = {s.cell.algorithm: s for s in summaries
-          if s.cell.profile == profile.name and s.cell.concurrency == tset.at_concurrency
+          if s.cell.profile == profile.name and s.cell.request_rate is None and s.cell.concurrency == tset.at_concurrency
           and s.cell.temperature == tset.at_temperature
           and (s.cell.algorithm != "DDTREE" or (s.cell.budget, s.cell.schedule) == (budget, schedule))}
     where = f"c={tset.at_concurrency} T={tset.at_temperature:g}"
@@ -99,13 +106,12 @@ def _profile_verdicts(profile: Profile, tset: ThresholdSet,
     for name, floor in tset.speedup_floor.items():
         if name == "DDTREE-over-DFLASH":
             tree = at.get("DDTREE")
-            value = tree.over_dflash if tree else None
-            yield _floor("DDTREE/DFLASH", f"{profile.name} {judged} {where}", value,
-                         floor, tset.speedup_source)
+            yield _floor("DDTREE/DFLASH", f"{profile.name} {judged} {where}", tree and tree.over_dflash,
+                         floor, tset.speedup_source, tree and tree.over_dflash_interval)
         else:
             s = at.get(name)
             yield _floor("speedup", f"{profile.name} {s.cell.label if s else name} {where}",
-                         s.speedup if s else None, floor, tset.speedup_source)
+                         s.speedup if s else None, floor, tset.speedup_source, s and s.speedup_interval)
 
 
 def judge(summaries: list[CellSummary], profiles: dict[str, Profile],

@@ -1,6 +1,6 @@
 """Measured round costs of a deployment (from `repro bench` results) and the throughput they predict.
 
-Per cell (algorithm, budget, concurrency c): ``T_round`` = decode seconds per verify round =
+Per closed-loop cell (algorithm, budget, concurrency c): ``T_round`` = decode seconds per verify round =
 sum(latency - TTFT) / sum(rounds) over its requests (rounds: ``spec_verify_ct``; AR: one step per
 token after the prefill's first). It includes whatever the server does between rounds (scheduling,
 other requests' prefills), which is what throughput pays.
@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from repro.evidence.results import Cell, summarize
+from repro.evidence.results import Cell, completed, summarize
 
 
 @dataclass(frozen=True)
@@ -54,9 +54,10 @@ def cell_costs(records: Iterable[dict[str, Any]], profile: str, temperature: flo
     rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
     cells: dict[str, Cell] = {}
     for r in records:
-        if r.get("kind") == "request":
+        if completed(r):
             cell = Cell(**r["cell"])
-            if cell.profile == profile and cell.temperature == temperature and cell.schedule is None:
+            if (cell.profile == profile and cell.temperature == temperature and cell.schedule is None
+                    and cell.request_rate is None):
                 cells[cell.key] = cell
                 rows[cell.key].append(r)
     tok_s = {s.cell.key: s.output_tok_s for s in summarize(records)}

@@ -42,7 +42,7 @@ from repro.ddtree import build_trees, walk
 from repro.ddtree.types import NO_PARENT
 from repro.errors import UsageError
 from repro.evidence.prompts import load_prompts, request_input
-from repro.evidence.results import Cell, load_records
+from repro.evidence.results import Cell, completed, load_records
 from repro.serving.profiles import model_path, models_dir
 from repro.sglang_glue.hook_profiles import OFF_LOGIT
 from repro.sglang_glue.test_hook import ENV_VAR, DrafterTestHook
@@ -132,7 +132,7 @@ def check(records: list[dict[str, Any]], root: Path, *, population: bool) -> tup
     runs = {r.get("session"): r for r in records if r.get("kind") == "run"}
     cells: dict[Cell, list[dict[str, Any]]] = {}
     for r in records:
-        if r.get("kind") == "request" and r["cell"]["temperature"] == 0 and r["cell"]["algorithm"] != "AR":
+        if completed(r) and r["cell"]["temperature"] == 0 and r["cell"]["algorithm"] != "AR":
             cells.setdefault(Cell(**r["cell"]), []).append(r)
     served: dict[tuple[str, str], Served] = {}  # by (profile, prompt set): one hook and prompt list each
     law: dict[tuple[str, str, int | None, int], list[int]] = {}

@@ -312,7 +312,7 @@ class TestTracebacks:
     @pytest.mark.parametrize(("record", "message"), [
         ({"kind": "request", "session": "s"}, r"key 'index' is missing"),
         ({**request(cell(), 0), "end": "late"}, r"key 'end' must be a finite number \(got 'late'\)"),
-        ({**request(cell(), 0), "cell": {"profile": "p"}}, r"key 'cell' must be an object with exactly"),
+        ({**request(cell(), 0), "cell": {"profile": "p"}}, r"key 'cell' must be an object with the keys algorithm"),
         ({**request(cell(), 0), "chunks": [[1]]}, r"key 'chunks' must be a list of \[seconds, tokens\]"),
         ({**request(cell("DDTREE", None), 0)}, r"key 'cell.budget' must be set for DDTREE"),
         ({"kind": "run", "profiles": {"x": {"name": "x"}}}, r"run record profiles\.x: .*key 'target' is required"),

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import os
 import re
 import signal
@@ -22,59 +21,19 @@ from pathlib import Path
 import pytest
 
 from repro import cli
-from repro.evidence import bench
+from repro.evidence import bench, load
 from repro.evidence.results import Cell, read_records, summarize
 from repro.serving.sglang_client import Client
 from repro.serving.sglang_server import free_port
 from repro.tuning.recording import prompts_of
-from verify.fake_sglang import REPO, make_models, subprocess_env, write_profiles
-
-FAST = {"sglang": {"fake-step-ms": 3}}
+from verify.benchrun import bench_args, check_complete, requests_of, wait_for_requests, workspace
+from verify.fake_sglang import subprocess_env
 
 
 @pytest.fixture
 def work(tmp_path: Path, monkeypatch) -> Path:
     """A directory with test models and a profiles file; the tests run inside it."""
-    make_models(tmp_path / "models")
-    write_profiles(tmp_path / "profiles.toml", {
-        "fake": FAST,
-        "fake-dead": {"sglang": {"fake-exit-at-start": 3}},
-        "fake-ar-only": {"algorithm": "AR", "budget": None, "drafter": None},
-        "fake-slow": {"sglang": {"fake-step-ms": 5}},
-        "fake-shared": {"sglang": {"fake-step-ms": 3, "mem-fraction-static": 0.3}},
-        "fake-capped": {"sglang": {"fake-step-ms": 3, "mem-fraction-static": 0.7, "max-total-tokens": 4096}},
-    })
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("PYTHONPATH", str(REPO))
-    return tmp_path
-
-
-def bench_args(*extra: str, out: str = "out.jsonl") -> list[str]:
-    """The `repro bench` argv over the test profiles and models, writing ``out``."""
-    return ["bench", "--profile-file", "profiles.toml", "--models-dir", "models",
-            "--max-new-tokens", "24", "--warmup", "1", "-o", out, *extra]
-
-
-def requests_of(path: Path) -> list[tuple[str, int]]:
-    """(cell key, index) of every request record, duplicates kept."""
-    return [(json.dumps(r["cell"], sort_keys=True), r["index"]) for r in read_records(path)
-            if r["kind"] == "request"]
-
-
-def wait_for_requests(path: Path, count: int, proc: subprocess.Popen[bytes]) -> None:
-    """Wait until ``path`` holds ``count`` request records while ``proc`` still runs."""
-    deadline = time.monotonic() + 60
-    while not (path.exists() and len(requests_of(path)) >= count):
-        assert proc.poll() is None and time.monotonic() < deadline, "bench ended too early"
-        time.sleep(0.05)
-
-
-def check_complete(path: Path, expected: int) -> None:
-    """Every line parses, no request is recorded twice, and all ``expected`` are there."""
-    for line in path.read_text().splitlines():
-        json.loads(line)
-    seen = requests_of(path)
-    assert len(seen) == len(set(seen)) == expected, collections.Counter(seen).most_common(2)
+    return workspace(tmp_path, monkeypatch)
 
 
 class TestRun:
@@ -89,7 +48,7 @@ class TestRun:
         kinds = collections.Counter(r["kind"] for r in records)
         assert kinds == {"run": 1, "server": 4, "request": 32}
         requests = [r for r in records if r["kind"] == "request"]
-        assert [r["rid"] for r in requests] == [bench.request_id(Cell(**r["cell"]), r["session"], r["index"])
+        assert [r["rid"] for r in requests] == [load.request_id(Cell(**r["cell"]), r["session"], r["index"])
                                                 for r in requests]
         assert len({r["rid"] for r in requests}) == 32  # one id per request: a recording keys rounds by it
         assert {prompts_of(r["rid"], "?") for r in requests} == {requests[0]["cell"]["prompts"]}
@@ -249,6 +208,10 @@ class TestErrors:
         (["fake", "fake-slow", "--url", "http://127.0.0.1:1"], r"--url takes exactly one PROFILE"),
         (["fake", "--prompts", "gsm8k"], r"no PyPI package ships GSM8K"),
         (["fake", "--budgets", "-2"], r"--budgets: must be a comma list of integers >= 0"),
+        (["fake", "--max-concurrency", "2"], r"--max-concurrency caps open-loop cells: it needs --request-rate"),
+        (["fake", "--request-rate", "2", "--max-concurrency", "16", "--num-prompts", "8"],
+         r"--num-prompts must be >= the largest --max-concurrency \(16\) \(got 8\)"),
+        (["fake", "--request-rate", "2,inf"], r"--request-rate: must be a comma list of finite numbers > 0"),
     ])
     def test_usage_errors_exit_2_with_one_line(self, work: Path, capsys, extra: list[str],
                                                message: str) -> None:
@@ -363,8 +326,8 @@ def test_prompts_that_all_end_on_one_token_are_noted_for_a_planted_target(profil
     if prompts == "humaneval-distinct":
         inputs = [request_input(p, tokenizer="none", vocab_size=4096, max_tokens=1024)
                   for p in load_prompts(prompts).prompts]
-    args = argparse.Namespace(concurrency=concurrency, num_prompts=16, prompts=prompts)
-    note = bench.lockstep_note([bench.Job(served, [], inputs, {})], args)
+    args = argparse.Namespace(concurrency=concurrency, request_rate=[], num_prompts=16, prompts=prompts)
+    note = bench.lockstep_note([load.Job(served, [], inputs, {})], args)
     assert (note is not None) is noted
     if noted:
         assert note == (f"bench: note: every prompt of humaneval ends on token 10, and {profile} has no tokenizer: a "
@@ -374,7 +337,7 @@ def test_prompts_that_all_end_on_one_token_are_noted_for_a_planted_target(profil
 
 def test_a_payload_carries_its_request_id_only_when_given() -> None:
     """The measured requests' bodies name their id (SGLang's ``rid``); warm-up bodies do not."""
-    job = bench.Job(None, [], [{"input_ids": [1, 2]}], {})
+    job = load.Job(None, [], [{"input_ids": [1, 2]}], {})
     assert job.payload(3, 0.0, 8, "p/x-1")["rid"] == "p/x-1"
     assert "rid" not in job.payload(3, 0.0, 8)
 
@@ -383,6 +346,6 @@ class TestWarmUp:
     def test_warm_up_runs_every_concurrency_on_unmeasured_prompts(self) -> None:
         """Two rounds at each of c=1 and c=4 send 10 requests, 4 at once, from index 16 on."""
         client = _CountingClient()
-        bench._warm_up(client, _IndexJob(), 2, [4, 1, 4], 16)
+        load.warm_up(client, _IndexJob(), 2, [4, 1, 4], 16)
         assert len(client.widths) == 10 and max(client.widths) == 4
         assert min(client.indices) == 16 and max(client.indices) == 19

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from repro.evidence.results import KINDS
+from repro.evidence.records import KINDS
 from repro.serving.profiles import PROFILE_KEYS
 from verify.benchdata import cell, request
 from verify.cli_inputs import FLAGS, SLOTS, Slot, argv_of, changed, run, snapshot, toml_text, workspace

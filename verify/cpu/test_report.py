@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -113,8 +114,8 @@ class TestReport:
         assert cli.main(["report", str(path), "-o", str(tmp_path / "rep")]) == 0
         md = (tmp_path / "rep" / "report.md").read_text()
         plain_at, distinct_at = md.index("Prompts `humaneval`:"), md.index("Prompts `humaneval-distinct`:")
-        assert plain_at < md.index("| test-h200-tp1 | AR | 1 | 0 | 2 |") < distinct_at
-        assert md.index("| test-h200-tp1 | AR | 1 | 0 | 1 | 32.0 |") > distinct_at
+        assert plain_at < md.index("| test-h200-tp1 | AR | 1 | - | 0 | 2 |") < distinct_at
+        assert md.index("| test-h200-tp1 | AR | 1 | - | 0 | 1 | 32.0 |") > distinct_at
         assert "- test-h200-tp1 AR c=1 T=0 prompts=humaneval: 1111111, 2222222" in md
 
     def test_tiers_only_report_uses_this_machines_fingerprint(self, tmp_path: Path,
@@ -220,3 +221,75 @@ class TestTiers:
         path.write_text('<testsuite><testcase classname="verify.gpu.test_x" name="t">'
                         '<failure message="boom"/></testcase></testsuite>')
         assert read_tiers([path])["gpu"]["status"] == "failed"
+
+
+def sequential(c, seconds: list[float], *, session: str = "s1") -> list[dict]:
+    """Requests of ``c`` one after the other, taking ``seconds`` each."""
+    return [request(c, i, start=sum(seconds[:i]), end=sum(seconds[: i + 1]), verify=16, session=session)
+            | {"latency_s": d} for i, d in enumerate(seconds)]
+
+
+def write_results(path: Path, rows: list[dict], profile=None) -> Path:
+    """A results file of ``rows``, after a run record naming ``profile`` when given."""
+    run = {"kind": "run", "session": "s1", "profiles": {} if profile is None else {profile.name: profile.to_dict()}}
+    path.write_text("".join(json.dumps(r) + "\n" for r in [run, *rows]))
+    return path
+
+
+class TestLoadAndIntervals:
+    def test_open_loop_cells_get_latency_and_ratio_tables(self, tmp_path: Path) -> None:
+        """Open-loop DFLASH and DDTREE cells at one rate: the latency table lists both with the rate,
+        and the open-loop section sets DDTREE's median and p90 TPOT and E2E over DFLASH's with intervals."""
+        opened = {a: replace(cell(a, b, 8), request_rate=2.0) for a, b in (("DFLASH", None), ("DDTREE", 16))}
+        rows = sequential(opened["DFLASH"], [1.0, 1.1, 0.9, 1.0]) + sequential(opened["DDTREE"], [0.5, 0.55, 0.45, 0.5])
+        assert cli.main(["report", str(write_results(tmp_path / "r.jsonl", rows)), "-o", str(tmp_path / "rep")]) == 0
+        md = (tmp_path / "rep" / "report.md").read_text()
+        assert "| p | DDTREE B=16 | 8 | 2/s | 0 | 4 | 0 |" in md  # latency table: n 4, none failed
+        assert re.search(r"\| p \| DDTREE B=16 \| DFLASH \| 8 \| 2/s \| 0 \| 0\.\d\dx \[0\.\d\d, 0\.\d\d\] \|", md), md
+        data = json.loads((tmp_path / "rep" / "report.json").read_text())
+        assert data["latency_ratios"][0]["figures"]["E2E p50"]["value"] == pytest.approx(0.5)
+        assert "samples" not in data["summaries"][0]
+
+    def test_a_floor_inside_the_interval_is_inconclusive_not_failed(self, tmp_path: Path, capsys) -> None:
+        """DDTREE 1.05x DFLASH with requests that vary widely, against a 1.1 floor: the verdict reads
+        inconclusive with its interval, and the report counts no failure."""
+        (tmp_path / "t.toml").write_text('[sets.t]\nat = { concurrency = 1, temperature = 0.0 }\n'
+                                         '[sets.t.speedup-floor]\nDDTREE-over-DFLASH = 1.1\nsource = "a test floor"\n')
+        profile = replace(get_profile("test-h200-tp1"), thresholds="t", budget=16)
+        noisy = [0.4, 1.6, 0.7, 1.3, 1.0, 1.0]
+        rows = sequential(cell("DFLASH", profile=profile.name), noisy)
+        rows += sequential(cell("DDTREE", 16, profile=profile.name), [x / 1.05 for x in noisy[::-1]])
+        path = write_results(tmp_path / "r.jsonl", rows, profile)
+        assert cli.main(["report", str(path), "-o", str(tmp_path / "rep"), "--thresholds-file", str(tmp_path / "t.toml")]) == 0
+        assert "(1 verdicts, 0 failed, 1 inconclusive)" in capsys.readouterr().out
+        md = (tmp_path / "rep" / "report.md").read_text()
+        assert re.search(r"\| DDTREE/DFLASH \| test-h200-tp1 B=16 c=1 T=0 \| 1\.05 \[0\.\d\d, 1\.\d\d\] \| >= 1\.1 \| "
+                         r"inconclusive \|", md), md
+
+    def test_baseline_compares_cell_by_cell(self, tmp_path: Path) -> None:
+        """--baseline sets each cell measured on both sides, figure by figure, after over before with its
+        interval, lists the cells of one side, and keeps the baseline out of the other tables."""
+        before = write_results(tmp_path / "before.jsonl", sequential(cell("DDTREE", 16), [1.0, 1.1, 0.9, 1.0])
+                               + sequential(cell("DDTREE", 64), [1.0, 1.0]))
+        (tmp_path / "after").mkdir()
+        after = write_results(tmp_path / "after" / "a.jsonl", sequential(cell("DDTREE", 16), [0.8, 0.88, 0.72, 0.8]))
+        assert cli.main(["report", str(after), "--baseline", str(before), "-o", str(tmp_path / "rep")]) == 0
+        md = (tmp_path / "rep" / "report.md").read_text()
+        assert "## Against the baseline" in md and f"Baseline (before): `{before}`" in md
+        row = r"\| p \| humaneval \| DDTREE B=16 \| 1 \| - \| 0 \| tok/s \| 64 \| 80 \| 1\.25x \[1\.\d\d, 1\.\d\d\] \|"
+        assert re.search(row, md), md
+        assert "Measured before only:\n\n- p DDTREE B=64 c=1 T=0 humaneval" in md and "Measured after only" not in md
+        assert "| p | DDTREE B=64 |" not in md.split("## Against the baseline")[0]  # not pooled
+        data = json.loads((tmp_path / "rep" / "report.json").read_text())
+        assert data["baseline"]["only_before"] == ["p DDTREE B=64 c=1 T=0 humaneval"] and data["baseline"]["only_after"] == []
+
+    @pytest.mark.parametrize(("extra", "message"), [
+        (["--baseline", "r.jsonl", "--tiers", str(JUNIT / "tests.xml")], "--baseline compares RESULTS with it"),
+        (["r.jsonl", "--baseline", "none"], "none does not exist")])
+    def test_baseline_needs_results_and_an_existing_path(self, tmp_path: Path, monkeypatch, capsys, extra, message) -> None:
+        """--baseline without RESULTS, or naming nothing, is one usage line."""
+        monkeypatch.chdir(tmp_path)
+        write_results(tmp_path / "r.jsonl", [request(cell(), 0)])
+        assert cli.main(["report", "-o", "rep", *extra]) == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1

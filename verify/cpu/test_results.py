@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from repro.errors import UsageError
+from repro.evidence.latency import Spread
 from repro.evidence.results import (
     HEADERS,
     Cell,
@@ -18,7 +19,6 @@ from repro.evidence.results import (
     format_table,
     label_order,
     load_records,
-    percentile,
     read_records,
     summarize,
     table_rows,
@@ -74,10 +74,10 @@ class TestSummaries:
         records = [request(cell(), 3), {"kind": "run"}]
         assert finished(records) == {(cell().key, 3)}
 
-    def test_percentile_interpolates(self) -> None:
-        """Percentiles interpolate linearly between order statistics."""
-        assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
-        assert percentile([5.0], 99) == 5.0 and percentile([], 50) is None
+    def test_spreads_interpolate_in_milliseconds(self) -> None:
+        """A spread's percentiles interpolate linearly between order statistics, in ms; none of no values."""
+        assert Spread.of([0.001, 0.002, 0.003, 0.004]) == Spread(2.5, 2.5, pytest.approx(3.7), pytest.approx(3.97))
+        assert Spread.of([0.005]) == Spread(5.0, 5.0, 5.0, 5.0) and Spread.of([]) is None
 
     def test_throughput_ignores_the_gap_between_sessions(self) -> None:
         """A resumed cell counts each session's wall time, not the pause in between."""
@@ -121,7 +121,7 @@ class TestSummaries:
     def test_itl_spreads_a_chunk_over_its_tokens(self) -> None:
         """A chunk of k tokens after gap g counts as k inter-token gaps of g/k."""
         (s,) = summarize([request(cell(), 0)])
-        assert s.itl_p50_ms == pytest.approx(1.0) and s.itl_p99_ms == pytest.approx(3.94)
+        assert s.itl_ms.p50 == pytest.approx(1.0) and s.itl_ms.p99 == pytest.approx(3.94)
 
     def test_decode_throughput_leaves_the_first_token_out(self) -> None:
         """decode tok/s: the tokens after each request's first over the gaps before them, times c;
@@ -180,3 +180,80 @@ class TestOptionalCellFields:
             path.write_text(json.dumps(request(bad, 0)) + "\n")
             with pytest.raises(UsageError, match=key):
                 read_records(path)
+
+
+class TestFailedRequests:
+    def test_a_failed_request_is_a_record_without_figures(self, tmp_path: Path) -> None:
+        """A record with an error needs no tokens or TTFT; a completed one does; an empty error is refused."""
+        failed = {k: v for k, v in request(cell(), 1).items() if k not in ("completion_tokens", "ttft_s", "chunks")}
+        path = tmp_path / "r.jsonl"
+        path.write_text(json.dumps(request(cell(), 0)) + "\n" + json.dumps({**failed, "error": "HTTP 503"}) + "\n")
+        assert [r.get("error") for r in read_records(path)] == [None, "HTTP 503"]
+        for bad, key in ((failed, "completion_tokens"), ({**failed, "error": ""}, "error")):
+            path.write_text(json.dumps(bad) + "\n")
+            with pytest.raises(UsageError, match=f"key '{key}'"):
+                read_records(path)
+
+    def test_failed_requests_are_counted_apart_and_count_as_done(self) -> None:
+        """Figures come from the completed requests; the failed one is counted, and resume skips it."""
+        failed = {"kind": "request", "session": "s1", "cell": asdict(cell()), "index": 2, "start": 0.0, "end": 3.0,
+                  "error": "timed out"}
+        (s,) = summarize([request(cell(), 0), request(cell(), 1), failed])
+        assert (s.requests, s.failed, s.output_tokens) == (2, 1, 128)
+        assert s.output_tok_s == pytest.approx(128 / 3.0) and s.request_s == pytest.approx(2 / 3.0)
+        assert (cell().key, 2) in finished([failed])
+
+
+class TestLatency:
+    def test_tpot_e2e_and_requests_in_flight(self) -> None:
+        """TPOT = (latency - TTFT) / (tokens - 1) per request; E2E its latency; in flight the
+        request-seconds over the wall time."""
+        rows = [request(cell(), 0, end=1.0) | {"latency_s": 0.64, "ttft_s": 0.01},
+                request(cell(), 1, start=0.5, end=1.5, tokens=1) | {"latency_s": 0.9}]
+        (s,) = summarize(rows)
+        assert s.tpot_ms.p50 == pytest.approx((0.64 - 0.01) / 63 * 1e3)  # the 1-token request has none
+        assert s.e2e_ms.mean == pytest.approx((640 + 900) / 2)
+        assert s.in_flight == pytest.approx((0.64 + 0.9) / 1.5)
+
+    def test_open_loop_decode_counts_the_requests_in_flight(self) -> None:
+        """An open-loop cell's decode tok/s multiplies the per-request rate by the mean in flight, not its cap."""
+        opened = replace(cell(concurrency=16), request_rate=2.0)
+        rows = [request(opened, i, start=i * 0.5, end=i * 0.5 + 1.0) | {"chunks": [[0.010, 5]]} for i in range(4)]
+        (s,) = summarize(rows)
+        assert s.in_flight == pytest.approx(4 / 2.5)
+        assert s.decode_tok_s == pytest.approx(s.in_flight * 5 / 0.010)
+
+    def test_closed_loop_cells_sort_before_open_loop_ones(self) -> None:
+        """Within an algorithm, closed-loop cells by concurrency, then open-loop ones by rate."""
+        cells = [replace(cell(concurrency=8), request_rate=4.0), replace(cell(concurrency=8), request_rate=1.0),
+                 cell(concurrency=4), cell()]
+        assert [(s.cell.concurrency, s.cell.request_rate) for s in summarize([request(c, 0) for c in cells])] == [
+            (1, None), (4, None), (8, 1.0), (8, 4.0)]
+
+
+class TestIntervals:
+    @staticmethod
+    def rows(c, seconds: list[float]) -> list[dict]:
+        """Requests of 64 tokens one after the other, taking ``seconds`` each."""
+        starts = [sum(seconds[:i]) for i in range(len(seconds))]
+        return [request(c, i, start=t, end=t + d) for i, (t, d) in enumerate(zip(starts, seconds, strict=True))]
+
+    def test_closed_loop_ratios_carry_a_bootstrap_interval(self) -> None:
+        """DDTREE twice as fast as DFLASH and AR four times slower: each ratio with a 95% interval around it."""
+        noise = [1.0, 1.2, 0.8, 1.1, 0.9, 1.0]
+        ar = self.rows(cell(), [4 * x for x in noise])
+        dflash = self.rows(cell("DFLASH"), noise)
+        tree = self.rows(cell("DDTREE", 8), [x / 2 for x in noise[::-1]])
+        by = {s.cell.label: s for s in summarize(ar + dflash + tree)}
+        tree, dflash = by["DDTREE B=8"], by["DFLASH"]
+        assert tree.over_dflash == pytest.approx(2.0) and dflash.speedup == pytest.approx(4.0)
+        assert 1.5 < tree.over_dflash_interval[0] < 2.0 < tree.over_dflash_interval[1]
+        assert dflash.speedup_interval[0] < 4.0 < dflash.speedup_interval[1]
+        assert by["AR"].speedup == 1.0 and by["AR"].speedup_interval is None  # AR over itself
+
+    def test_open_loop_and_single_requests_have_none(self) -> None:
+        """An open-loop throughput ratio (the offered load) and a one-request cell carry no interval."""
+        opened = replace(cell(), request_rate=1.0)
+        rows = self.rows(opened, [1.0, 1.0]) + self.rows(replace(opened, algorithm="DFLASH"), [0.5, 0.6])
+        rows += [request(cell(), 0), request(cell("DFLASH"), 0)]
+        assert all(s.speedup_interval is None for s in summarize(rows))

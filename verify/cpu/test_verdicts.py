@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from repro.evidence.results import summarize
-from repro.evidence.verdicts import FAIL, NOT_MEASURED, PASS, RECORDED, judge, tp_ep_points
+from repro.evidence.verdicts import FAIL, INCONCLUSIVE, NOT_MEASURED, PASS, RECORDED, judge, tp_ep_points
 from repro.serving.profiles import Profile, ThresholdSet
 from verify.benchdata import cell, request
 
@@ -79,6 +79,26 @@ class TestFloors:
         data = [request(cell("DFLASH", concurrency=4, profile="tp"), 0, verify=64)]
         (verdict, *_) = judge(summarize(data), PROFILES, SETS)
         assert verdict.status == NOT_MEASURED
+
+
+    @pytest.mark.parametrize(("spread", "status"), [(0.02, PASS), (0.6, INCONCLUSIVE)])
+    def test_a_floor_inside_the_interval_is_inconclusive(self, spread: float, status: str) -> None:
+        """DDTREE 1.2x DFLASH against a 1.1 floor passes when the requests agree, and is inconclusive
+        when they vary so much that the 95% interval holds the floor."""
+        def cell_rows(algorithm: str, budget: int | None, seconds: float) -> list[dict]:
+            took = [seconds * (1 + spread * k) for k in (-1, 1, -0.5, 0.5, 0, 0)]  # one after the other
+            return [request(cell(algorithm, budget, profile="tp"), i, start=sum(took[:i]), end=sum(took[: i + 1]),
+                            verify=16) for i in range(len(took))]
+
+        data = cell_rows("DFLASH", None, 1.2) + cell_rows("DDTREE", 32, 1.0)
+        verdict = by_check(judge(summarize(data), PROFILES, SETS))[("DDTREE/DFLASH", "B=32")]
+        assert verdict.status == status and verdict.interval is not None
+        assert verdict.interval[0] < verdict.value < verdict.interval[1]
+
+    def test_open_loop_cells_are_not_judged(self) -> None:
+        """Floors judge closed-loop cells: an open-loop cell at the set's concurrency leaves them not measured."""
+        data = [request(dataclasses.replace(cell("DFLASH", profile="tp"), request_rate=2.0), 0, verify=8)]
+        assert {v.status for v in judge(summarize(data), PROFILES, SETS)} == {NOT_MEASURED}
 
 
 class TestTpVsEp:
