@@ -33,7 +33,8 @@
 #                                   # 24576), T 0, c 1/4/16: tune's recommended budgets against the measured
 #                                   # best (~5 min for four qwen3-8b budgets) -> $DIR/confirm-NAME.jsonl
 #   bash verify/device/fullsize.sh side NAME ALGOS BUDGETS # the same for ALGOS (e.g. AR,DFLASH,DDTREE) at
-#                                   # TEMPS (0) -> $DIR/side-NAME.jsonl; rerun to resume past TIME_LIMIT (exit 3);
+#                                   # TEMPS (0) -> $DIR/side-NAME.jsonl (RATES: open-loop cells at those request rates too,
+#                                   # e.g. 8,18,27; the DDTREE servers record into $DIR/recording-NAME.jsonl); rerun to resume past TIME_LIMIT (exit 3);
 #                                   # one H200 holds four qwen3-8b servers at once (a fifth found no memory
 #                                   # for its KV cache on 12-04)
 #   bash verify/device/fullsize.sh tune NAME              # repro tune --results (no GPU): tau(B) from the
@@ -123,8 +124,10 @@ confirm | side)
   if [ "$phase" = confirm ]; then algos=DDTREE budgets=$3 temps=0; else algos=$3 budgets=$4 temps=${TEMPS:-0}; fi
   sed "/^\[profiles.full-h200-$name\]/,/^sglang = /s/^sglang = { /sglang = { max-total-tokens = ${CONFIRM_TOKENS:-24576}, /" \
     repro/data/profiles.toml >"$DIR/profiles-$phase.toml"
+  REPRO_DDTREE_RECORD="$DIR/recording-$name.jsonl" REPRO_DDTREE_RECORD_PROMPTS=$PROMPTS \
   timeout 570 python3 -m repro.cli bench "full-h200-$name" --profile-file "$DIR/profiles-$phase.toml" --models-dir "$MODELS" \
-    --algorithms "$algos" --budgets "$budgets" ${SCHEDULES:+--schedules $SCHEDULES} --prompts "$PROMPTS" --interleave --concurrency "${CONCURRENCY:-1,4,16}" --temperatures "$temps" \
+    --algorithms "$algos" --budgets "$budgets" ${SCHEDULES:+--schedules $SCHEDULES} --prompts "$PROMPTS" --interleave --concurrency "${CONCURRENCY:-1,4,16}" \
+    ${RATES:+--request-rate $RATES} --temperatures "$temps" \
     --num-prompts "${NUM_PROMPTS:-16}" --max-new-tokens 256 --warmup 1 --start-timeout 360 --time-limit "${TIME_LIMIT:-520}" \
     --log-dir "$DIR/logs" --resume -o "$DIR/$phase-$name.jsonl" 2>&1 | tail -20 | tee -a "$DIR/$phase-$name.log"
   rc=${PIPESTATUS[0]}
