@@ -27,7 +27,8 @@
 #                                   # on a newline, and a planted target follows its last token alone, so a batch
 #                                   # would decode one sequence in lockstep, its MoE reading one token's experts). The DDTREE servers record their
 #                                   # accepted paths into $DIR/recording-NAME.jsonl (for `tune`); SCHEDULES (space-separated
-#                                   # budget schedules, e.g. "1:63,4:31,16:15") adds a DDTREE server per schedule
+#                                   # budget schedules, e.g. "1:63,4:31,16:15") adds a DDTREE server per schedule (BUDGETS
+#                                   # "none": those alone); RATES adds open-loop cells at those request rates
 #   bash verify/device/fullsize.sh confirm NAME BUDGETS   # DDTREE at BUDGETS side by side (repro bench
 #                                   # --interleave, every server at once, KV caches capped at CONFIRM_TOKENS,
 #                                   # 24576), T 0, c 1/4/16: tune's recommended budgets against the measured
@@ -111,9 +112,12 @@ busy)
   rc=${PIPESTATUS[0]}
   ;;
 bench)
+  budgets="--budgets ${4:-16,32,64,128,256,512}"
+  [ "${4:-}" = none ] && budgets=""  # only SCHEDULES' DDTREE servers
   REPRO_DDTREE_RECORD="$DIR/recording-$name.jsonl" REPRO_DDTREE_RECORD_PROMPTS=$PROMPTS \
   timeout 570 python3 -m repro.cli bench "full-h200-$name" --models-dir "$MODELS" --algorithms "${3:-AR,DFLASH,DDTREE}" \
-    --budgets "${4:-16,32,64,128,256,512}" ${SCHEDULES:+--schedules $SCHEDULES} --prompts "$PROMPTS" --concurrency "${CONCURRENCY:-1,4,16}" --temperatures "${TEMPS:-0,1}" --num-prompts "${NUM_PROMPTS:-16}" \
+    $budgets ${SCHEDULES:+--schedules $SCHEDULES} --prompts "$PROMPTS" --concurrency "${CONCURRENCY:-1,4,16}" \
+    ${RATES:+--request-rate $RATES} --temperatures "${TEMPS:-0,1}" --num-prompts "${NUM_PROMPTS:-16}" \
     --max-new-tokens 256 --warmup 1 --time-limit "${TIME_LIMIT:-420}" --log-dir "$DIR/logs" --resume \
     -o "$DIR/fullsize-$name.jsonl" 2>&1 | tail -30 | tee -a "$DIR/bench-$name.log"
   rc=${PIPESTATUS[0]}
