@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from repro.testmodels.configs import SMALL_QWEN3, read_model
 from repro.testmodels.planted import planted_ranked, successor_table
 from repro.testmodels.tokenizer import CHAT_TEMPLATE, IM_END, IM_START, SPACE, build, vocabulary, write_tokenizer
+from verify.sglang.api_workload import N_PROMPTS, prompt_ids
 
 pytest.importorskip("tokenizers", reason="the dev extra's tokenizers is not installed")
 
@@ -118,3 +119,11 @@ class TestWritten:
         ids = TOK.encode(text, add_special_tokens=False).ids
         assert ids.count(SPECIAL[IM_START]) == 4 and ids.count(SPECIAL[IM_END]) == 3
         assert WORD_IDS[1] in ids
+
+    def test_the_api_tiers_prompts_are_words(self):
+        """Every prompt of the API tier (verify/sglang/api_workload.py) is planted-tokenizer words, so
+        its text encodes back to its ids and the planted continuation of a text prompt is known."""
+        for i in range(N_PROMPTS):
+            ids = prompt_ids(i)
+            assert set(ids) <= set(WORD_IDS)
+            assert TOK.encode(TOK.decode(ids), add_special_tokens=False).ids == ids
