@@ -172,9 +172,9 @@ class Workload:
 
     def aborts(self) -> dict:
         """Clients that hang up mid-stream (alone, and beside requests that run to the end)."""
-        long = {"max_tokens": 2000}
+        long = {"max_tokens": 1000}
         stream(self.url, "/v1/completions", self._completion_payload(0, long), hang_up_after=3)
-        stream(self.url, "/v1/chat/completions", self._chat_payload(1, long), hang_up_after=2)
+        stream(self.url, "/v1/chat/completions", self._chat_payload(1, {"max_completion_tokens": 1000}), hang_up_after=2)
         with ThreadPoolExecutor(4) as pool:
             for i in (2, 3):
                 pool.submit(stream, self.url, "/v1/completions", self._completion_payload(i, long), hang_up_after=2)
