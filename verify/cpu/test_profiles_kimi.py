@@ -21,7 +21,7 @@ def _argv(name: str, algorithm: str) -> list[str]:
     return server_argv(profile, 30000, Path("models"))[3:]
 
 
-def test_the_kimi_profiles_are_the_seed_deployments():
+def test_the_kimi_profiles_are_the_five_deployments():
     """Every profile of the real Kimi-K2.6 model is one of the five shipped deployments."""
     assert KIMI == ["k26-b300-ep8", "k26-b300-tp8", "k26-h200-tp8", "k26-pro6000-ep8", "k26-pro6000-tp8"]
 
