@@ -11,10 +11,12 @@ here make the rest:
 - ``fullsize``: full-size planted targets, Qwen3-8B and the one-GPU share of Kimi-K2.6 under TP8,
   with drafters of their published DFlash drafters' shapes, written as configs and planted in
   memory at load;
-- ``plant``: planting a loaded model in place (patch 0005, ``SGLANG_REPRO_PLANT``).
+- ``plant``: planting a loaded model in place (patch 0005, ``SGLANG_REPRO_PLANT``);
+- ``tokenizer``: the planted targets' tokenizer (a word per id, byte fallback, a chat template).
 
 ``OUT`` receives every model: the small ones with weights, the full-size ones as ``NAME/``
-(config.json, planted.json, hook.json) and ``NAME-dflash/`` (config.json). ``--spread NAME``
+(config.json, planted.json, hook.json) and ``NAME-dflash/`` (config.json); each planted target
+(``planted/``, ``mla-planted/``, ``NAME/``) also gets its tokenizer. ``--spread NAME``
 prints, instead, how many distinct experts N distinct tokens activate per MoE layer of a
 full-size target, and how many a DDTREE tree's tokens do. torch is imported only when a command runs.
 """
@@ -29,6 +31,7 @@ from repro.errors import UsageError
 from repro.evidence.prompts import DISTINCT
 from repro.testmodels.configs import FULLSIZE, read_model
 
+PLANTED_TARGETS = ("planted", "mla-planted", *FULLSIZE)  # the directories that get a tokenizer
 SPREAD_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 513)
 SPREAD_BUDGETS = (16, 32, 64, 128, 256, 512)
 SPREAD_PROMPTS, SPREAD_NUM_PROMPTS = DISTINCT, 16  # repro bench's, as fullsize.sh runs it
@@ -38,14 +41,17 @@ OUT_EXPECTED = "a directory to write the test models into"
 def write_all(out: Path, *, seed: int = 0) -> dict:
     """Write every test model under ``out``; return the small planted target's planted.json.
 
-    The small models (repro.testmodels.small.write_small; ``seed`` seeds their weights) and each
-    full-size model's two directories.
+    The small models (repro.testmodels.small.write_small; ``seed`` seeds their weights), each
+    full-size model's two directories, and the planted targets' tokenizers.
     """
     from repro.testmodels.fullsize import write_fullsize
     from repro.testmodels.small import write_small
+    from repro.testmodels.tokenizer import write_tokenizer
 
     planted = write_small(out, seed=seed)
     write_fullsize(out)
+    for name in PLANTED_TARGETS:
+        write_tokenizer(out / name)
     return planted
 
 

@@ -122,6 +122,18 @@ class TestOthers:
         w = load_file(str(written[0] / "dflash" / "model.safetensors"))
         assert "fc.weight" in w and "lm_head.weight" not in w
 
+    def test_every_planted_target_has_its_tokenizer(self, written):
+        """Each planted target directory holds a tokenizer of exactly its vocabulary, with its
+        config's EOS id as </s>, and the chat template in tokenizer_config.json."""
+        from tokenizers import Tokenizer
+
+        for name in testmodels.PLANTED_TARGETS:
+            cfg = json.loads((written[0] / name / "config.json").read_text())
+            tok = Tokenizer.from_file(str(written[0] / name / "tokenizer.json"))
+            assert tok.get_vocab_size(with_added_tokens=True) == cfg["vocab_size"], name
+            assert tok.token_to_id("</s>") == cfg["eos_token_id"], name
+            assert "chat_template" in json.loads((written[0] / name / "tokenizer_config.json").read_text())
+
     def test_hook_file_loads_and_continues_the_planted_target(self, written):
         """hook.json loads as a DrafterTestHook whose continuation is the planted greedy output."""
         out, planted = written

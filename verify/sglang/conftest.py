@@ -13,9 +13,10 @@ from repro import testmodels
 
 @pytest.fixture(scope="session")
 def models(tmp_path_factory) -> Path:
-    """planted/, random/, dflash/ and hook.json (in $REPRO_E2E_MODELS if set, else a temp dir)."""
+    """planted/ (with its tokenizer), random/, dflash/ and hook.json (in $REPRO_E2E_MODELS if set,
+    else a temp dir)."""
     root = Path(os.environ.get("REPRO_E2E_MODELS") or tmp_path_factory.mktemp("models"))
-    if not (root / "planted" / "planted.json").exists():
+    if not (root / "planted" / "tokenizer.json").exists():
         testmodels.write_all(root)
     return root
 

@@ -23,7 +23,7 @@ python3 -m repro.cli install-offline "$WHEELHOUSE" --site "$SITE" > "$OUT/instal
 python3 -m repro.cli patch apply --site "$SITE" || exit 1
 ZIPS=$(ls "$CARRY"/*.zip 2>/dev/null | tr '\n' ':')
 export PYTHONPATH=$SITE:$PWD${ZIPS:+:${ZIPS%:}} REPRO_E2E_OUT=$OUT REPRO_E2E_MODELS=$MODELS
-[ -f "$MODELS/planted/planted.json" ] || python3 -m repro.cli testmodels "$MODELS" || exit 1
+[ -f "$MODELS/planted/tokenizer.json" ] || python3 -m repro.cli testmodels "$MODELS" || exit 1
 echo "[device.sh] stack and models ready after $((SECONDS - T0))s"
 [ $# -gt 0 ] || set -- verify/sglang -q
 if [ "$1" = "--" ]; then

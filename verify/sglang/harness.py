@@ -2,7 +2,7 @@
 
 Not a test module: the e2e tests import it. A server's log goes to ``$REPRO_E2E_OUT`` (default
 a temporary directory) as ``srv_<name>.log``. Requests carry ``input_ids`` (servers run with
-``--skip-tokenizer-init``) and use no proxy.
+``--skip-tokenizer-init`` unless they serve the model's tokenizer) and use no proxy.
 """
 
 from __future__ import annotations
@@ -39,9 +39,12 @@ def out_dir() -> Path:
 
 
 def server_args(model: Path, *, algo: str | None = None, drafter: Path | None = None,
-                budget: int | None = None, graphs: bool = True, overlap: bool = True) -> list[str]:
-    """The launch flags of one configuration (AR when ``algo`` is None)."""
-    args = ["--model-path", str(model), *COMMON, *GRAPHS[graphs]]
+                budget: int | None = None, graphs: bool = True, overlap: bool = True,
+                tokenizer: bool = False) -> list[str]:
+    """The launch flags of one configuration (AR when ``algo`` is None); ``tokenizer`` serves
+    with the model's own tokenizer (text in and out) instead of ``--skip-tokenizer-init``."""
+    common = [a for a in COMMON if not (tokenizer and a == "--skip-tokenizer-init")]
+    args = ["--model-path", str(model), *common, *GRAPHS[graphs]]
     if not overlap:
         args.append("--disable-overlap-schedule")
     if algo is not None:
