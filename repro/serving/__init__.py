@@ -1,3 +1,2 @@
 """Serving SGLang for a deployment profile: the profiles and their thresholds, the server's life
-and its HTTP client (``repro serve``), and the TP-or-EP advice from the interconnect
-(``repro topology``)."""
+and its HTTP client (``repro serve``). The TP-or-EP advice (``repro topology``) is repro.topology."""

@@ -19,7 +19,8 @@ SMALL_QWEN3 = "small-qwen3"  # planted/, random/ and their drafter dflash/
 SMALL_MLA_MOE = "small-mla-moe"  # mla-planted/, mla-random/
 SMALL_KIMI_MOE = "small-kimi-moe"  # moe/ + moe-dflash/, configs only
 FULLSIZE = ("qwen3-8b", "k26-tp8")
-_KEYS = frozenset({"description", "gpu-share", "sources", "budget", "plant", "reference", "target", "drafter"})
+SHARES = ("k26-tp8", "k26-ep8")  # one GPU's share of Kimi-K2.6 at 8 GPUs: TP8, and TP8 + EP8 (repro.testmodels.shares)
+_KEYS = frozenset({"description", "gpu-share", "sources", "budget", "plant", "reference", "target", "drafter", "share"})
 
 
 def read_model(name: str, required: Collection[str] = ("description", "target")) -> dict[str, Any]:
