@@ -71,9 +71,10 @@ class Figure:
         return 2 * (p - 1) / p if self.op == "all-reduce" else (p - 1) / p
 
     def time_us(self, nbytes: float) -> float:
-        """Microseconds for a message of ``nbytes`` (log-log interpolation between points, the
-        bus bandwidth past the last one; below the first, the first)."""
-        pts = self.points
+        """Microseconds for a message of ``nbytes``: log-log interpolation between the points' running
+        maximum (a larger message never costs less; the published dips are noise), the bus bandwidth
+        past the last one, below the first the first."""
+        pts = tuple(zip([m for m, _ in self.points], _running_max([t for _, t in self.points]), strict=True))
         if not pts:
             return nbytes * self.bus_factor() / (self.busbw_gb_s * 1e3)
         if nbytes <= pts[0][0]:
@@ -89,6 +90,14 @@ class Figure:
             (m0, t0), (m1, t1) = pts[-2], pts[-1]
             return t_last + (nbytes - m_last) * max(t1 - t0, 0.0) / (m1 - m0)
         return t_last
+
+
+def _running_max(values: list[float]) -> list[float]:
+    out, top = [], float("-inf")
+    for v in values:
+        top = max(top, v)
+        out.append(top)
+    return out
 
 
 @dataclass(frozen=True)
@@ -128,16 +137,18 @@ class Fabric:
 
     def all_reduce(self, nbytes: float, *, graph: bool = True) -> tuple[float, str]:
         """(microseconds, which all-reduce) SGLang 0.5.17 runs for ``nbytes`` on this fabric."""
+        nccl = self.figure("all-reduce", "nccl", graph=graph)
+        if nccl is None:
+            msg = f"fabric {self.key} has no NCCL all-reduce figure"
+            raise UsageError(msg)
         if self.custom_ar and nbytes <= self.custom_max_kb * 1024:
             fig = self.figure("all-reduce", "custom", graph=graph)
             if fig is not None:
                 kind = "one-shot" if nbytes <= self.oneshot_max_kb * 1024 else "two-shot"
-                return fig.time_us(nbytes), f"custom {kind}"
-        fig = self.figure("all-reduce", "nccl", graph=graph)
-        if fig is None:
-            msg = f"fabric {self.key} has no NCCL all-reduce figure"
-            raise UsageError(msg)
-        return fig.time_us(nbytes), "pynccl" if graph else "NCCL"
+                # SGLang's size limits were chosen where its kernels beat NCCL (configs/custom_all_reduce_v2.py):
+                # past the custom figures' last point their extrapolation is capped at NCCL's time
+                return min(fig.time_us(nbytes), nccl.time_us(nbytes)), f"custom {kind}"
+        return nccl.time_us(nbytes), "pynccl" if graph else "NCCL"
 
     def all_gather(self, nbytes_total: float, *, graph: bool = True) -> float:
         """An all-gather whose output is ``nbytes_total``: the NCCL all-reduce's latency and half its
