@@ -85,16 +85,20 @@ def most_loaded_rank(ids: np.ndarray, experts_global: int, ranks: int) -> int:
 
 def share_ids(share: Share, ids: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
     """The ids the share's GPU runs (EP: the most-loaded rank's, masked) and what it reads:
-    ``experts`` (distinct experts it reads), ``pairs`` (token-expert pairs it runs), ``tiles`` (the
-    fused MoE's 16-row M tiles), ``rank`` and ``rank_share`` (its share of all pairs)."""
+    ``experts`` (distinct experts it reads), ``pairs`` (token-expert pairs it runs), ``tiles16`` /
+    ``tiles64`` (the fused MoE's M tiles of 16 / 64 rows), ``rank`` and ``rank_share`` (its share of all pairs)."""
     if not share.ep:
         counts = np.bincount(ids.ravel(), minlength=share.experts_global)
-        return ids, {"experts": int((counts > 0).sum()), "pairs": int(counts.sum()),
-                     "tiles": int(np.ceil(counts / 16).sum()), "experts_all": int((counts > 0).sum()), "rank": None,
-                     "rank_share": 1.0}
+        return ids, {"experts": int((counts > 0).sum()), "pairs": int(counts.sum()), **_tiles(counts),
+                     "experts_all": int((counts > 0).sum()), "rank": None, "rank_share": 1.0}
     rank = most_loaded_rank(ids, share.experts_global, share.ranks)
     local = ep_local_ids(ids, rank, share.experts_local)
     counts = np.bincount(local[local >= 0].ravel(), minlength=share.experts_local)
     total = np.bincount(ids.ravel(), minlength=share.experts_global)
-    return local, {"experts": int((counts > 0).sum()), "pairs": int(counts.sum()), "tiles": int(np.ceil(counts / 16).sum()),
+    return local, {"experts": int((counts > 0).sum()), "pairs": int(counts.sum()), **_tiles(counts),
                    "experts_all": int((total > 0).sum()), "rank": rank, "rank_share": float(counts.sum() / ids.size)}
+
+
+def _tiles(counts: np.ndarray) -> dict[str, int]:
+    """The fused MoE's M tiles of 16 and of 64 rows over per-expert pair counts."""
+    return {"tiles16": int(np.ceil(counts / 16).sum()), "tiles64": int(np.ceil(counts / 64).sum())}

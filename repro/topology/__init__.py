@@ -285,3 +285,28 @@ def main(args: argparse.Namespace) -> int:
     print(f"recommended: {answer['recommended']}")
     print(f"SGLang arguments: {' '.join(answer['sglang_args'])}")
     return 0
+
+
+TP_EP_TOLERANCE = 0.25
+"""How far a measured TP / EP tok/s ratio may sit from the model's: the compute model's 10% held-out
+bound and the served round's 15% (repro.topology.checks), added."""
+
+
+def tp_over_ep(tp_profile: str, ep_profile: str, algorithm: str, budget: int | None, concurrency: int, *,
+               compute: Path | None = None, collectives: Path | None = None) -> float:
+    """The model's TP / EP tok/s ratio for one cell of a profile pair (the verify tier checks it)."""
+    from repro.serving.profiles import get_profile
+    from repro.topology.model import Box, predict_round
+
+    tp, ep = get_profile(tp_profile), get_profile(ep_profile)
+    if (tp.machine, tp.model, tp.tp) != (ep.machine, ep.model, ep.tp) or tp.ep != 1 or ep.ep == 1:
+        msg = f"{tp_profile} / {ep_profile} are not a TP profile and its TP + EP twin of one machine"
+        raise UsageError(msg)
+    gpu, fab = profile_box(tp, _table(), None, None)
+    fab = _measured_fabric(fab, collectives)
+    served, box = served_for(tp), Box(gpu, fab, tp.tp)
+    kind = "skewed" if tp.model == "Kimi-K2.6" else "uniform"
+    cal = _calibration(compute)
+    rows = [predict_round(served, box, config, algorithm, budget, concurrency, cal=cal, spread=kind)
+            for config in ("tp", "ep")]
+    return rows[0]["tok_s"] / rows[1]["tok_s"]

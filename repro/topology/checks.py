@@ -27,6 +27,7 @@ from typing import Any
 from repro.errors import UsageError
 from repro.topology.compute import (
     BF16,
+    block_m,
     DEFAULT,
     Calibration,
     Drafter,
@@ -34,10 +35,12 @@ from repro.topology.compute import (
     Target,
     Work,
     _inverse,
+    dense_us,
     drafter_work,
     fit_linear,
     fit_moe,
     forward_us,
+    moe_layer_us,
     relative_errors,
     target_work,
 )
@@ -84,13 +87,15 @@ class Check:
 
 
 def share_point(row: dict[str, Any]) -> dict[str, float]:
-    """A share row's expert bytes (read once, and re-read by further 16-row M tiles: ``tiles``, when
-    recorded) and FLOPs (bf16 weights) beside its time."""
+    """A share row's expert bytes (read once, and re-read by further 16-row M tiles) and FLOPs (every row
+    of the fused MoE's M tiles, padding included: ``tiles16`` / ``tiles64`` as recorded) beside its time."""
     try:
-        _, _, width = SHARES[row["share"]]
+        _, local, width = SHARES[row["share"]]
         one = 3 * HIDDEN * width
-        reread = max(float(row.get("tiles", row["experts"])) - row["experts"], 0.0) * one * BF16
-        return {"bytes": row["experts"] * one * BF16, "reread": reread, "flops": 2.0 * row["pairs"] * one,
+        bm = block_m(int(row["t"]), local)
+        tiles = float(row.get(f"tiles{bm}", row["pairs"] / bm))
+        reread = max(float(row.get("tiles16", row["experts"])) - row["experts"], 0.0) * one * BF16 if bm == 16 else 0.0  # noqa: PLR2004
+        return {"bytes": row["experts"] * one * BF16, "reread": reread, "flops": 2.0 * tiles * bm * one,
                 "us": float(row["us"])}
     except (KeyError, TypeError) as exc:
         msg = f"a share row needs share ({'/'.join(SHARES)}), experts, pairs and us (got {row!r:.120}: {exc})"
@@ -142,34 +147,46 @@ def calibration_from_shares(rows: list[dict[str, Any]], gpu: str, hbm_tb_s: floa
 
 
 def fit_layer_us(target: Target, points: Sequence[dict[str, Any]], cal: Calibration, hbm_tb_s: float, tflops: float,
-                 spread_of: Callable[[dict[str, Any]], str] = lambda _r: "planted") -> Calibration:
-    """``cal`` with ``layer_us`` fitted on whole-forward rows (what the other constants leave)."""
-    rows = []
-    for r in points:
-        w = target_work(target, "tp", 1, int(r["distinct"]), context=0, spread_kind=spread_of(r))
-        base = forward_us(replace(cal, layer_us=0.0), w, hbm_tb_s, tflops)
-        rows.append(([float(w.layers)], r["ms"] * 1e3 - base))
-    residual = [y for _, y in rows]
-    layers = rows[0][0][0]
-    layer_us = max(sum(residual) / len(residual) / layers, 0.0)
-    return replace(cal, layer_us=layer_us)
+                 spread: str = "planted") -> Calibration:
+    """``cal`` (its MoE constants measured) with ``flops_eff`` and ``layer_us`` fitted on whole-forward rows."""
+    fitted = fit_forward(target, points, hbm_tb_s, tflops, cal, spread, fit_moe_constants=False)
+    return replace(fitted, source=f"{cal.source}; {fitted.source}")
 
 
 def fit_forward(target: Target, points: Sequence[dict[str, Any]], hbm_tb_s: float, tflops: float,
-                base: Calibration = DEFAULT, spread: str = "planted") -> Calibration:
-    """Without layer measurements: ``layer_us`` and the narrow MoE's bandwidth and FLOPs efficiency
-    fitted on a share's whole-forward rows (non-expert efficiencies kept from ``base``)."""
-    rows = []
-    for r in points:
-        w = target_work(target, "tp", 1, int(r["distinct"]), context=0, spread_kind=spread)
-        rest = forward_us(replace(base, layer_us=0.0), replace(w, moe_layers=0), hbm_tb_s, tflops)
-        x = [float(w.layers), w.moe_layers * w.expert_bytes / (hbm_tb_s * 1e6),
-             w.moe_layers * w.expert_reread_bytes / (hbm_tb_s * 1e6), w.moe_layers * w.expert_flops / (tflops * 1e6)]
-        rows.append((x, r["ms"] * 1e3 - rest))
-    layer_us, inv_bw, inv_r, inv_f = fit_linear(rows)
-    narrow = MoeEfficiency(0.0, _inverse(inv_bw), _inverse(inv_f), _inverse(inv_r))
-    return replace(base, layer_us=max(layer_us, 0.0), moe={**base.moe, "narrow": narrow},
-                   source=f"layer_us and the 256-wide MoE fitted on {len(rows)} whole-forward rows of {target.name}")
+                base: Calibration = DEFAULT, spread: str = "planted", *, fit_moe_constants: bool = True) -> Calibration:
+    """Constants fitted on a share's whole-forward rows: ``flops_eff`` (the non-expert GEMMs' roofline,
+    searched), ``layer_us`` and, with ``fit_moe_constants``, the narrow MoE's bandwidth and FLOPs
+    efficiency (least squares); ``dense_eff`` kept from ``base``. A dense target fits the first two."""
+    works = [(target_work(target, "tp", 1, int(r["distinct"]), context=0, spread_kind=spread), r["ms"] * 1e3)
+             for r in points]
+    best: tuple[float, Calibration] | None = None
+    for step in range(10, 101):
+        cal = replace(base, flops_eff=step / 100, layer_us=0.0)
+        rows = []
+        for w, y in works:
+            rest = dense_us(cal, w, hbm_tb_s, tflops)
+            if fit_moe_constants and w.moe_layers:
+                x = [float(w.layers), w.moe_layers * w.expert_bytes / (hbm_tb_s * 1e6),
+                     w.moe_layers * w.expert_reread_bytes / (hbm_tb_s * 1e6),
+                     w.moe_layers * w.expert_flops / (tflops * 1e6)]
+                rows.append((x, y - rest))
+            else:
+                moe = w.moe_layers * moe_layer_us(cal, w, hbm_tb_s, tflops) if w.moe_layers else 0.0
+                rows.append(([float(w.layers)], y - rest - moe))
+        coef = fit_linear(rows)
+        layer_us = max(coef[0], 0.0)
+        if len(coef) > 1:
+            _, inv_bw, inv_r, inv_f = coef
+            cal = replace(cal, moe={**base.moe, "narrow": MoeEfficiency(0.0, _inverse(inv_bw), _inverse(inv_f),
+                                                                         _inverse(inv_r))})
+        cal = replace(cal, layer_us=layer_us)
+        err = sum(((forward_us(cal, w, hbm_tb_s, tflops) - y) / y) ** 2 for w, y in works)
+        if best is None or err < best[0]:
+            best = (err, cal)
+    assert best is not None
+    what = "flops_eff, layer_us and the 256-wide MoE" if fit_moe_constants and target.experts else "flops_eff and layer_us"
+    return replace(best[1], source=f"{what} fitted on {len(works)} whole-forward rows of {target.name}")
 
 
 def forward_ms(target: Target, cal: Calibration, tokens: int, hbm_tb_s: float, tflops: float,
@@ -242,18 +259,11 @@ def served_gpu_ms(target: Target, drafter: Drafter | None, cal: Calibration, row
 
 
 def fit_host(rows: list[dict[str, Any]], gpu_ms: Callable[[dict[str, Any]], float]) -> HostTime:
-    """Host ms per algorithm as base + per-request x c: least squares of served round - GPU time."""
+    """Host ms a round per algorithm: the mean of served round - the model's GPU time over ``rows``."""
     ms: dict[str, tuple[float, float]] = {}
     for algorithm in sorted({r["algorithm"] for r in rows}):
-        mine = [(float(r["concurrency"]), r["round_ms"] - gpu_ms(r)) for r in rows if r["algorithm"] == algorithm]
-        if len({c for c, _ in mine}) >= 2:
-            n = len(mine)
-            mc, my = sum(c for c, _ in mine) / n, sum(y for _, y in mine) / n
-            slope = sum((c - mc) * (y - my) for c, y in mine) / sum((c - mc) ** 2 for c, _ in mine)
-            slope = max(slope, 0.0)
-            ms[algorithm] = (max(my - slope * mc, 0.0), slope)
-        else:
-            ms[algorithm] = (max(sum(y for _, y in mine) / len(mine), 0.0), 0.0)
+        gaps = [r["round_ms"] - gpu_ms(r) for r in rows if r["algorithm"] == algorithm]
+        ms[algorithm] = (round(max(sum(gaps) / len(gaps), 0.0), 4), 0.0)
     return HostTime(ms, source=f"fitted on {len(rows)} served rounds")
 
 

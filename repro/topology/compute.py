@@ -19,10 +19,11 @@ layer, the router, the LM head shard: the K2 INT4 checkpoints keep them bf16), r
 bf16), and the KV cache the attention reads (MLA's latent cache is replicated on every TP rank).
 
 Time on GPU class G (``forward_us``): per layer a fixed ``layer_us`` (the kernels' floors), the
-non-expert bytes at ``dense_eff`` of G's HBM bandwidth, per MoE layer ``moe.fixed_us`` plus the
-experts' bytes at ``moe.bw_eff`` and their FLOPs at ``moe.flops_eff`` of G's bf16 peak (``moe``
-chosen by the expert slice's width: the fused-MoE kernel runs 256-wide TP slices and 2048-wide
-whole experts at different efficiencies), and the other FLOPs at ``flops_eff``. The constants are a
+non-expert GEMMs at their roofline (bytes at ``dense_eff`` of G's HBM bandwidth or FLOPs at
+``flops_eff`` of its bf16 peak, whichever is longer), and per MoE layer ``moe.fixed_us`` plus the
+experts' bytes at ``moe.bw_eff`` and their FLOPs at ``moe.flops_eff`` (``moe`` chosen by the expert
+slice's width: the fused-MoE kernel runs 256-wide TP slices and 2048-wide whole experts at different
+efficiencies; summed, not overlapped, as the fitted constants absorb). The constants are a
 ``Calibration``: fitted on one H200 (``fit``, from the one-GPU share measurements of
 verify/bench/share_cost.py and verify_cost.py) and carried to other GPUs by their datasheet
 bandwidth and FLOPs (repro/data/collectives.toml [gpus]). ``DEFAULT`` is the roofline guess used
@@ -178,14 +179,24 @@ def target_work(t: Target, config: str, p: int, tokens: int, *, context: int = 1
     if not moe:
         return Work(t.layers, 0, dense_bytes, dense_flops, 0.0, 0.0, 0)
     s = spread(spread_kind, tokens, t.experts, t.topk, p if config != "tp" else _ranks(t.experts, p), t.hidden)
-    one = 3 * t.hidden * t.moe_inter  # parameters of one whole expert
-    if config == "tp":
-        width, slice_bytes = t.moe_inter // p, one / p * t.expert_bytes
-        e_bytes, e_flops, tiles, read = s.experts * slice_bytes, 2.0 * s.pairs * one / p, s.blocks16, s.experts
-    else:
-        width, slice_bytes = t.moe_inter, one * t.expert_bytes
-        e_bytes, e_flops, tiles, read = s.max_experts * slice_bytes, 2.0 * s.max_pairs * one, s.max_blocks16, s.max_experts
-    return Work(t.layers, moe, dense_bytes, dense_flops, e_bytes, e_flops, width, s, max(tiles - read, 0.0) * slice_bytes)
+    rank = config != "tp"
+    local = t.experts // p if rank else t.experts
+    bm = block_m(tokens, local)
+    width = t.moe_inter if rank else t.moe_inter // p
+    slice_params = 3 * t.hidden * width
+    read = s.max_experts if rank else s.experts
+    tiles = s.tiles(bm, rank=rank)
+    e_bytes = read * slice_params * t.expert_bytes
+    e_flops = 2.0 * tiles * bm * slice_params  # the kernel computes every row of its M tiles, padding included
+    reread = max(s.tiles(16, rank=rank) - read, 0.0) * slice_params * t.expert_bytes if bm == 16 else 0.0  # noqa: PLR2004
+    return Work(t.layers, moe, dense_bytes, dense_flops, e_bytes, e_flops, width, s, reread)
+
+
+def block_m(tokens: int, local_experts: int) -> int:
+    """BLOCK_SIZE_M of SGLang's default fused-MoE config for bf16 / INT4-as-bf16 weights without a
+    tuned file (moe_runner/triton_utils/fused_moe_triton_config.py get_default_config): 16 rows while
+    the tokens are at most the local experts, 64 above."""
+    return 16 if tokens <= local_experts else 64
 
 
 def _ranks(experts: int, p: int) -> int:
@@ -260,10 +271,16 @@ def moe_layer_us(cal: Calibration, w: Work, hbm_tb_s: float, tflops: float) -> f
             + w.expert_flops / (m.flops_eff * tflops * 1e6))
 
 
+def dense_us(cal: Calibration, w: Work, hbm_tb_s: float, tflops: float) -> float:
+    """The non-expert part of a forward: the layers' floors, then the roofline of its GEMMs (their
+    weight bytes or their FLOPs, whichever takes longer)."""
+    return w.layers * cal.layer_us + max(w.dense_bytes / (cal.dense_eff * hbm_tb_s * 1e6),
+                                         w.dense_flops / (cal.flops_eff * tflops * 1e6))
+
+
 def forward_us(cal: Calibration, w: Work, hbm_tb_s: float, tflops: float) -> float:
     """A forward's GPU time on a GPU of ``hbm_tb_s`` TB/s and ``tflops`` bf16 TFLOP/s."""
-    rest = w.layers * cal.layer_us + w.dense_bytes / (cal.dense_eff * hbm_tb_s * 1e6) \
-        + w.dense_flops / (cal.flops_eff * tflops * 1e6)
+    rest = dense_us(cal, w, hbm_tb_s, tflops)
     if not w.moe_layers:
         return rest
     return rest + w.moe_layers * moe_layer_us(cal, w, hbm_tb_s, tflops)

@@ -41,6 +41,14 @@ class Spread:
     max_pairs: float  # P_g of the rank with the most pairs
     max_blocks16: float  # sum over the loaded rank's experts of ceil(pairs / 16): the fused-MoE kernel's M tiles
     blocks16: float  # the same over all experts (a TP GPU's tiles)
+    max_blocks64: float = 0.0  # as max_blocks16 with 64-row tiles
+    blocks64: float = 0.0
+
+    def tiles(self, block_m: int, *, rank: bool) -> float:
+        """M tiles of ``block_m`` rows (16 or 64) the fused MoE runs: the loaded rank's or all."""
+        if block_m == 16:  # noqa: PLR2004
+            return self.max_blocks16 if rank else self.blocks16
+        return self.max_blocks64 if rank else self.blocks64
 
     @property
     def rank_share(self) -> float:
@@ -85,10 +93,11 @@ def routing(kind: str, tokens: int, experts: int, topk: int, layer: int, hidden:
     return tops[cols]
 
 
-def rank_loads(ids: np.ndarray, experts: int, ranks: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per rank: distinct experts read, pairs, and M tiles of 16 (ids < 0, masked, are skipped)."""
+def rank_loads(ids: np.ndarray, experts: int, ranks: int) -> tuple[np.ndarray, ...]:
+    """Per rank: distinct experts read, pairs, and M tiles of 16 and of 64 rows (ids < 0, masked, skipped)."""
     counts = np.bincount(ids[ids >= 0].ravel(), minlength=experts).reshape(ranks, experts // ranks)
-    return (counts > 0).sum(axis=1), counts.sum(axis=1), np.ceil(counts / 16).sum(axis=1)
+    return ((counts > 0).sum(axis=1), counts.sum(axis=1), np.ceil(counts / 16).sum(axis=1),
+            np.ceil(counts / 64).sum(axis=1))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -98,16 +107,18 @@ def spread(kind: str, tokens: int, experts: int = 384, topk: int = 8, ranks: int
     if tokens < 1 or experts % ranks or not 1 <= topk <= experts:
         msg = f"spread: tokens >= 1, ranks dividing experts, 1 <= topk <= experts (got {tokens}, {ranks}, {experts}, {topk})"
         raise ValueError(msg)
-    d = p = md = mp = mb = b = 0.0
+    d = p = md = mp = mb = b = mb64 = b64 = 0.0
     for layer in range(LAYERS):
         ids = routing(kind, tokens, experts, topk, layer, hidden)
-        per_d, per_p, per_b = rank_loads(ids, experts, ranks)
+        per_d, per_p, per_b, per_b64 = rank_loads(ids, experts, ranks)
         d += per_d.sum()
         p += per_p.sum()
         b += per_b.sum()
+        b64 += per_b64.sum()
         worst = int(np.lexsort((per_d, per_p))[-1])  # the rank with the most pairs (ties: most experts)
         md += per_d.max()
         mp += per_p[worst]
         mb += per_b.max()
+        mb64 += per_b64.max()
     n = LAYERS
-    return Spread(tokens, d / n, p / n, ranks, md / n, mp / n, mb / n, b / n)
+    return Spread(tokens, d / n, p / n, ranks, md / n, mp / n, mb / n, b / n, mb64 / n, b64 / n)

@@ -22,6 +22,7 @@ from repro import cli
 from repro.evidence.results import read_records, summarize
 from repro.evidence.verdicts import FAIL, judge, tp_ep_points
 from repro.serving.profiles import Profile, load_profiles, load_thresholds, model_path, models_dir
+from repro.topology import TP_EP_TOLERANCE, tp_over_ep
 
 pytestmark = [pytest.mark.sglang, pytest.mark.gpu, pytest.mark.benchmark(group="live")]
 
@@ -95,7 +96,9 @@ def test_live_profile_meets_its_thresholds(benchmark, name: str) -> None:
 
 @pytest.mark.parametrize(("tp_name", "ep_name"), PAIRS)
 def test_live_tp_vs_ep_ratio_is_within_bounds(benchmark, tp_name: str, ep_name: str) -> None:
-    """The TP and TP+EP profiles of one machine are both measured, and their ratio judged."""
+    """The TP and TP+EP profiles of one machine are both measured, their ratio judged, and each
+    cell's ratio checked against the TP / EP model's prediction (repro.topology.tp_over_ep) within
+    its tolerance: the first lent multi-GPU machine tests the model."""
     for name in (tp_name, ep_name):
         reason = _skip_reason(PROFILES[name])
         if reason:
@@ -106,3 +109,10 @@ def test_live_tp_vs_ep_ratio_is_within_bounds(benchmark, tp_name: str, ep_name: 
     assert points and all(p.ratio > 0 for p in points)
     failed = [v for v in judge(summaries, PROFILES, load_thresholds()) if v.status == FAIL]
     assert not failed, "; ".join(f"{v.check} {v.subject}: {v.value}" for v in failed)
+    off = []
+    for p in points:
+        algorithm, _, budget = p.label.partition(" B=")
+        want = tp_over_ep(tp_name, ep_name, algorithm, int(budget) if budget else None, p.concurrency)
+        if abs(p.ratio / want - 1) > TP_EP_TOLERANCE:
+            off.append(f"{p.label} c={p.concurrency}: measured {p.ratio:.3f}, model {want:.3f}")
+    assert not off, f"TP/EP off the model by more than {TP_EP_TOLERANCE:.0%}: " + "; ".join(off)
