@@ -27,14 +27,13 @@ from typing import Any
 from repro.errors import UsageError
 from repro.topology.compute import (
     BF16,
-    block_m,
-    DEFAULT,
+    ROOFLINE,
     Calibration,
     Drafter,
     MoeEfficiency,
     Target,
-    Work,
     _inverse,
+    block_m,
     dense_us,
     drafter_work,
     fit_linear,
@@ -87,18 +86,17 @@ class Check:
 
 
 def share_point(row: dict[str, Any]) -> dict[str, float]:
-    """A share row's expert bytes (read once, and re-read by further 16-row M tiles) and FLOPs (every row
-    of the fused MoE's M tiles, padding included: ``tiles16`` / ``tiles64`` as recorded) beside its time."""
+    """A share row's expert bytes (each picked expert once), its pairs' FLOPs and, when SGLang's default
+    config runs 64-row M tiles (block_m), their FLOPs padding included (``tiles64`` as recorded)."""
     try:
         _, local, width = SHARES[row["share"]]
         one = 3 * HIDDEN * width
         bm = block_m(int(row["t"]), local)
-        tiles = float(row.get(f"tiles{bm}", row["pairs"] / bm))
-        reread = max(float(row.get("tiles16", row["experts"])) - row["experts"], 0.0) * one * BF16 if bm == 16 else 0.0  # noqa: PLR2004
-        return {"bytes": row["experts"] * one * BF16, "reread": reread, "flops": 2.0 * tiles * bm * one,
+        pad = 2.0 * float(row.get("tiles64", row["pairs"] / 64)) * 64 * one if bm == 64 else 0.0
+        return {"bytes": row["experts"] * one * BF16, "flops": 2.0 * row["pairs"] * one, "pad_flops": pad,
                 "us": float(row["us"])}
     except (KeyError, TypeError) as exc:
-        msg = f"a share row needs share ({'/'.join(SHARES)}), experts, pairs and us (got {row!r:.120}: {exc})"
+        msg = f"a share row needs share ({'/'.join(SHARES)}), t, experts, pairs and us (got {row!r:.120}: {exc})"
         raise UsageError(msg) from None
 
 
@@ -109,9 +107,8 @@ def fit_share_moe(rows: list[dict[str, Any]], hbm_tb_s: float, tflops: float) ->
 
 def _predict_share(eff: MoeEfficiency, row: dict[str, Any], hbm_tb_s: float, tflops: float) -> float:
     pt = share_point(row)
-    bw = hbm_tb_s * 1e6
-    return (eff.fixed_us + pt["bytes"] / (eff.bw_eff * bw) + pt["reread"] / (eff.reread_eff * bw)
-            + pt["flops"] / (eff.flops_eff * tflops * 1e6))
+    return (eff.fixed_us + pt["bytes"] / (eff.bw_eff * hbm_tb_s * 1e6) + pt["flops"] / (eff.flops_eff * tflops * 1e6)
+            + pt["pad_flops"] / (eff.pad_eff * tflops * 1e6))
 
 
 def check_shares(rows: list[dict[str, Any]], held_out: Callable[[dict[str, Any]], bool], hbm_tb_s: float,
@@ -136,7 +133,7 @@ def check_shares(rows: list[dict[str, Any]], held_out: Callable[[dict[str, Any]]
 
 
 def calibration_from_shares(rows: list[dict[str, Any]], gpu: str, hbm_tb_s: float, tflops: float,
-                            base: Calibration = DEFAULT) -> Calibration:
+                            base: Calibration = ROOFLINE) -> Calibration:
     """``base`` with the MoE constants fitted on every share row (narrow: k26-tp8, wide: k26-ep8)."""
     moe = dict(base.moe)
     for share, key in (("k26-tp8", "narrow"), ("k26-ep8", "wide")):
@@ -154,7 +151,7 @@ def fit_layer_us(target: Target, points: Sequence[dict[str, Any]], cal: Calibrat
 
 
 def fit_forward(target: Target, points: Sequence[dict[str, Any]], hbm_tb_s: float, tflops: float,
-                base: Calibration = DEFAULT, spread: str = "planted", *, fit_moe_constants: bool = True) -> Calibration:
+                base: Calibration = ROOFLINE, spread: str = "planted", *, fit_moe_constants: bool = True) -> Calibration:
     """Constants fitted on a share's whole-forward rows: ``flops_eff`` (the non-expert GEMMs' roofline,
     searched), ``layer_us`` and, with ``fit_moe_constants``, the narrow MoE's bandwidth and FLOPs
     efficiency (least squares); ``dense_eff`` kept from ``base``. A dense target fits the first two."""
@@ -168,8 +165,7 @@ def fit_forward(target: Target, points: Sequence[dict[str, Any]], hbm_tb_s: floa
             rest = dense_us(cal, w, hbm_tb_s, tflops)
             if fit_moe_constants and w.moe_layers:
                 x = [float(w.layers), w.moe_layers * w.expert_bytes / (hbm_tb_s * 1e6),
-                     w.moe_layers * w.expert_reread_bytes / (hbm_tb_s * 1e6),
-                     w.moe_layers * w.expert_flops / (tflops * 1e6)]
+                     w.moe_layers * w.expert_flops / (tflops * 1e6), w.moe_layers * w.expert_pad_flops / (tflops * 1e6)]
                 rows.append((x, y - rest))
             else:
                 moe = w.moe_layers * moe_layer_us(cal, w, hbm_tb_s, tflops) if w.moe_layers else 0.0
@@ -177,9 +173,9 @@ def fit_forward(target: Target, points: Sequence[dict[str, Any]], hbm_tb_s: floa
         coef = fit_linear(rows)
         layer_us = max(coef[0], 0.0)
         if len(coef) > 1:
-            _, inv_bw, inv_r, inv_f = coef
+            _, inv_bw, inv_f, inv_p = coef
             cal = replace(cal, moe={**base.moe, "narrow": MoeEfficiency(0.0, _inverse(inv_bw), _inverse(inv_f),
-                                                                         _inverse(inv_r))})
+                                                                         _inverse(inv_p))})
         cal = replace(cal, layer_us=layer_us)
         err = sum(((forward_us(cal, w, hbm_tb_s, tflops) - y) / y) ** 2 for w, y in works)
         if best is None or err < best[0]:
@@ -196,7 +192,7 @@ def forward_ms(target: Target, cal: Calibration, tokens: int, hbm_tb_s: float, t
 
 
 def check_forward(target: Target, points: list[dict[str, Any]], held_out: Callable[[dict[str, Any]], bool],
-                  hbm_tb_s: float, tflops: float, *, base: Calibration = DEFAULT,
+                  hbm_tb_s: float, tflops: float, *, base: Calibration = ROOFLINE,
                   tolerance: float = SHARE_TOLERANCE) -> tuple[Calibration, Check]:
     """Fit on the whole-forward rows not held out; the held-out rows' errors."""
     fit_rows = [r for r in points if not held_out(r)]
@@ -243,39 +239,47 @@ def share_cost_rows(path: Path) -> tuple[str, list[dict[str, Any]]]:
 
 def served_gpu_ms(target: Target, drafter: Drafter | None, cal: Calibration, row: dict[str, Any], hbm_tb_s: float,
                   tflops: float, *, distinct: Callable[[dict[str, Any]], int], context: int = 1024) -> float:
-    """The model's GPU ms of one served round at TP1: the verify (``distinct`` tokens' experts) and
-    the drafter's forward (DFLASH / DDTREE)."""
+    """The model's GPU ms of one served round at TP1: the verify of c x N tokens (the experts of the
+    ``distinct`` ones: the planted router routes by token) and the drafter's forward (DFLASH / DDTREE)."""
     c = int(row["concurrency"])
     n = {"AR": 1, "DFLASH": drafter.block if drafter else 1}.get(row["algorithm"], int(row.get("budget") or 0) + 1)
-    w = target_work(target, "tp", 1, max(int(distinct(row)), 1), context=context, requests=c, spread_kind="planted")
-    tokens = c * n
-    # dense FLOPs grow with every verified token, experts with the distinct ones
-    w = Work(w.layers, w.moe_layers, w.dense_bytes, w.dense_flops * tokens / max(int(distinct(row)), 1),
-             w.expert_bytes, w.expert_flops, w.expert_width, w.spread)
+    w = target_work(target, "tp", 1, c * n, context=context, requests=c, spread_kind="planted",
+                    distinct=max(int(distinct(row)), 1))
     us = forward_us(cal, w, hbm_tb_s, tflops)
     if row["algorithm"] != "AR" and drafter is not None:
         us += forward_us(cal, drafter_work(drafter, target, 1, c, context=context), hbm_tb_s, tflops)
     return us / 1e3
 
 
-def fit_host(rows: list[dict[str, Any]], gpu_ms: Callable[[dict[str, Any]], float]) -> HostTime:
-    """Host ms a round per algorithm: the mean of served round - the model's GPU time over ``rows``."""
-    ms: dict[str, tuple[float, float]] = {}
-    for algorithm in sorted({r["algorithm"] for r in rows}):
-        gaps = [r["round_ms"] - gpu_ms(r) for r in rows if r["algorithm"] == algorithm]
-        ms[algorithm] = (round(max(sum(gaps) / len(gaps), 0.0), 4), 0.0)
+def _tokens(row: dict[str, Any], block: int) -> int:
+    """c x N of a served row (N: 1, the block, or B + 1)."""
+    n = {"AR": 1, "DFLASH": block}.get(row["algorithm"], int(row.get("budget") or 0) + 1)
+    return int(row["concurrency"]) * n
+
+
+def fit_host(rows: list[dict[str, Any]], gpu_ms: Callable[[dict[str, Any]], float], block: int,
+             *, per_token: bool = False) -> HostTime:
+    """Host ms per algorithm: a base each (the mean of served round - the model's GPU time), and with
+    ``per_token`` one ms per verified token shared by all (non-negative least squares)."""
+    algorithms = sorted({r["algorithm"] for r in rows})
+    fit = [([1.0 * (r["algorithm"] == a) for a in algorithms] + ([float(_tokens(r, block))] if per_token else []),
+            r["round_ms"] - gpu_ms(r)) for r in rows]
+    coef = fit_linear(fit, scale=[r["round_ms"] for r in rows])  # errors relative to the round
+    slope = coef[-1] if per_token else 0.0
+    ms = {a: (round(coef[i], 4), round(slope, 6)) for i, a in enumerate(algorithms)}
     return HostTime(ms, source=f"fitted on {len(rows)} served rounds")
 
 
 def check_served(name: str, rows: list[dict[str, Any]], fit: Callable[[dict[str, Any]], bool],
-                 gpu_ms: Callable[[dict[str, Any]], float], tolerance: float = SERVED_TOLERANCE) -> tuple[HostTime, Check]:
+                 gpu_ms: Callable[[dict[str, Any]], float], *, block: int, per_token: bool = False,
+                 tolerance: float = SERVED_TOLERANCE) -> tuple[HostTime, Check]:
     """Fit host time on the ``fit`` rows; every other row's round against GPU + host."""
-    host = fit_host([r for r in rows if fit(r)], gpu_ms)
+    host = fit_host([r for r in rows if fit(r)], gpu_ms, block, per_token=per_token)
     held = []
     for r in rows:
         if fit(r) or r["algorithm"] not in host.ms:
             continue
-        pred = gpu_ms(r) + host.at(r["algorithm"], int(r["concurrency"]))
+        pred = gpu_ms(r) + host.at(r["algorithm"], _tokens(r, block))
         held.append({"algorithm": r["algorithm"], "budget": r.get("budget"), "concurrency": r["concurrency"],
                      "predicted": pred, "measured": r["round_ms"], "gpu_ms": gpu_ms(r),
                      "error": (pred - r["round_ms"]) / r["round_ms"]})

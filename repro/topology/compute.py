@@ -26,8 +26,9 @@ slice's width: the fused-MoE kernel runs 256-wide TP slices and 2048-wide whole 
 efficiencies; summed, not overlapped, as the fitted constants absorb). The constants are a
 ``Calibration``: fitted on one H200 (``fit``, from the one-GPU share measurements of
 verify/bench/share_cost.py and verify_cost.py) and carried to other GPUs by their datasheet
-bandwidth and FLOPs (repro/data/collectives.toml [gpus]). ``DEFAULT`` is the roofline guess used
-until a measurement is given; its constants are stated where it is defined.
+bandwidth and FLOPs (repro/data/collectives.toml [gpus]). ``DEFAULT`` is that fit on the committed
+measurements (docs/perf); ``ROOFLINE`` the guess with stated constants the model used before them, and
+``--compute FILE`` (a share_cost.py result) replaces the MoE constants.
 """
 
 from __future__ import annotations
@@ -131,12 +132,12 @@ class Work:
     expert_flops: float  # per MoE layer
     expert_width: int  # intermediate width of one expert slice on this GPU
     spread: Spread | None = None
-    expert_reread_bytes: float = 0.0  # per MoE layer: an expert's weights again for each further 16-row M tile
+    expert_pad_flops: float = 0.0  # per MoE layer: every row of the 64-row M tiles (padding included), when BM is 64
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         out = {k: getattr(self, k) for k in ("layers", "moe_layers", "dense_bytes", "dense_flops", "expert_bytes",
-                                             "expert_reread_bytes", "expert_flops", "expert_width")}
+                                             "expert_pad_flops", "expert_flops", "expert_width")}
         out["spread"] = self.spread.as_dict() if self.spread else None
         return out
 
@@ -159,8 +160,10 @@ def _attention_flops(t: Target, p: int, tokens: int, context: int) -> float:
 
 
 def target_work(t: Target, config: str, p: int, tokens: int, *, context: int = 1024, requests: int = 1,
-                spread_kind: str = "skewed") -> Work:
-    """One GPU's work for a forward of ``tokens`` tokens of ``requests`` requests at ``context``."""
+                spread_kind: str = "skewed", distinct: int | None = None) -> Work:
+    """One GPU's work for a forward of ``tokens`` tokens of ``requests`` requests at ``context``; with
+    ``distinct`` fewer than ``tokens`` (a tree's repeated tokens under a router that routes by token), the
+    experts read are those ``distinct`` tokens pick, while every token's pairs are still computed."""
     if config not in CONFIGS:
         msg = f"config must be one of {', '.join(CONFIGS)} (got {config!r})"
         raise ValueError(msg)
@@ -178,18 +181,21 @@ def target_work(t: Target, config: str, p: int, tokens: int, *, context: int = 1
         + _attention_flops(t, p, tokens, context)
     if not moe:
         return Work(t.layers, 0, dense_bytes, dense_flops, 0.0, 0.0, 0)
-    s = spread(spread_kind, tokens, t.experts, t.topk, p if config != "tp" else _ranks(t.experts, p), t.hidden)
+    unique = max(min(distinct or tokens, tokens), 1)
+    s = spread(spread_kind, unique, t.experts, t.topk, p if config != "tp" else _ranks(t.experts, p), t.hidden)
     rank = config != "tp"
     local = t.experts // p if rank else t.experts
-    bm = block_m(tokens, local)
+    bm = block_m(tokens, local)  # SGLang picks the config by the batch's token count
     width = t.moe_inter if rank else t.moe_inter // p
     slice_params = 3 * t.hidden * width
-    read = s.max_experts if rank else s.experts
-    tiles = s.tiles(bm, rank=rank)
-    e_bytes = read * slice_params * t.expert_bytes
-    e_flops = 2.0 * tiles * bm * slice_params  # the kernel computes every row of its M tiles, padding included
-    reread = max(s.tiles(16, rank=rank) - read, 0.0) * slice_params * t.expert_bytes if bm == 16 else 0.0  # noqa: PLR2004
-    return Work(t.layers, moe, dense_bytes, dense_flops, e_bytes, e_flops, width, s, reread)
+    read, pairs = (s.max_experts, s.max_pairs) if rank else (s.experts, s.pairs)
+    tiles64 = s.tiles(64, rank=rank)
+    if unique < tokens:  # repeated tokens: the same experts, more rows each
+        pairs *= tokens / unique
+        tiles64 = read * math.ceil(pairs / max(read, 1) / 64)
+    pad = 2.0 * tiles64 * 64 * slice_params if bm == 64 else 0.0
+    return Work(t.layers, moe, dense_bytes, dense_flops, read * slice_params * t.expert_bytes, 2.0 * pairs * slice_params,
+                width, s, pad)
 
 
 def block_m(tokens: int, local_experts: int) -> int:
@@ -225,8 +231,9 @@ class MoeEfficiency:
 
     fixed_us: float  # per MoE layer: routing, alignment, activation and combine kernels' floors
     bw_eff: float  # fraction of HBM bandwidth reading expert weights (each picked expert once)
-    flops_eff: float  # fraction of bf16 peak on the experts' GEMMs
-    reread_eff: float = 1e9  # the same for an expert's weights read again by each further 16-row M tile (L2 hits: cheap)
+    flops_eff: float  # fraction of bf16 peak on the token-expert pairs' FLOPs
+    pad_eff: float = 1e9  # the same for every row of the 64-row M tiles (SGLang's default config past the local
+    #                       expert count: block_m), padding included
 
 
 @dataclass(frozen=True)
@@ -251,24 +258,36 @@ class Calibration:
                 "flops_eff": self.flops_eff, "moe": {k: vars(v) for k, v in self.moe.items()}, "source": self.source}
 
 
-# Until a one-GPU measurement is given: a roofline with stated constants. dense_eff 0.67: the H200
-# reads qwen3-8b's 15.1 GB of non-embedding weights in 4.67 ms at N 1 (docs/PERFORMANCE.md: 15.1 /
-# 4.67 / 4.8 TB/s); layer_us 20: the 4-layer target's AR step is about 0.14 ms of GPU time for 4
-# layers + head (docs/PERFORMANCE.md, served round); MoE: the k26-tp8 share's AR step (3.83 ms for 29
-# layers, 4.7 GB: 3.4x its byte floor, tp-ep brief) puts the 256-wide fused MoE at about a third of
-# the bandwidth, 0.35, with 40 us a layer of routing and alignment; 2048-wide experts at the dense
-# GEMMs' 0.67 (a guess: the measurement replaces it); flops_eff 0.5 of the bf16 peak.
-DEFAULT = Calibration(
+# The roofline guess the model used before any one-GPU share was measured, kept for reference: dense_eff
+# 0.67, the H200 reads qwen3-8b's 15.1 GB of non-embedding weights in 4.67 ms at N 1 (docs/PERFORMANCE.md:
+# 15.1 / 4.67 / 4.8 TB/s); layer_us 20, the 4-layer target's AR step is about 0.14 ms of GPU time for 4
+# layers + head; the 256-wide fused MoE at about a third of the bandwidth, 0.35 (the k26-tp8 share's AR
+# step is 3.4x its byte floor, 3.83 against 1.1 ms), 40 us a layer of routing and alignment; 2048-wide
+# experts at the dense GEMMs' 0.67; flops_eff 0.5 of the bf16 peak.
+ROOFLINE = Calibration(
     device="h200", layer_us=20.0, dense_eff=0.67, flops_eff=0.5,
     moe={"narrow": MoeEfficiency(40.0, 0.35, 0.35), "wide": MoeEfficiency(40.0, 0.67, 0.5)},
-    source="roofline constants stated in repro/topology/compute.py (no one-GPU share measurement given)")
+    source="roofline constants stated in repro/topology/compute.py (no one-GPU share measurement)")
+
+# Measured: the MoE constants fitted on both shares' fused-MoE layer (docs/perf/share_cost_h100_2026-12-06.json,
+# verify/bench/share_cost.py on one H100; efficiencies are fractions of the H100's datasheet bandwidth and
+# FLOPs), flops_eff and layer_us then on the k26-tp8 share's whole forward on the H200
+# (docs/perf/verify_cost_k26-tp8_h200_2026-12-02.json); dense_eff as ROOFLINE's. `python -m
+# verify.bench.topology_check --shares FILE` refits them; verify/cpu/test_topology_evidence.py keeps these
+# equal to that fit. The narrow (256-wide, TP8) slices read their bytes at 0.94 of the bandwidth, the wide
+# (2048, EP8) experts at 0.89: per byte the two shapes cost about the same; what differs is how many bytes.
+DEFAULT = Calibration(
+    device="h100", layer_us=36.73, dense_eff=0.67, flops_eff=0.64,
+    moe={"narrow": MoeEfficiency(41.76, 0.9437, 0.2306, 0.9404), "wide": MoeEfficiency(30.98, 0.8907, 0.3045, 0.6654)},
+    source=("MoE constants fitted on docs/perf/share_cost_h100_2026-12-06.json (both shares' fused-MoE layer, "
+            "216 rows); flops_eff and layer_us on docs/perf/verify_cost_k26-tp8_h200_2026-12-02.json"))
 
 
 def moe_layer_us(cal: Calibration, w: Work, hbm_tb_s: float, tflops: float) -> float:
     """One MoE layer's routed-expert time on a GPU of ``hbm_tb_s`` / ``tflops``."""
     m = cal.moe_for(w.expert_width)
-    return (m.fixed_us + w.expert_bytes / (m.bw_eff * hbm_tb_s * 1e6) + w.expert_reread_bytes / (m.reread_eff * hbm_tb_s * 1e6)
-            + w.expert_flops / (m.flops_eff * tflops * 1e6))
+    return (m.fixed_us + w.expert_bytes / (m.bw_eff * hbm_tb_s * 1e6) + w.expert_flops / (m.flops_eff * tflops * 1e6)
+            + w.expert_pad_flops / (m.pad_eff * tflops * 1e6))
 
 
 def dense_us(cal: Calibration, w: Work, hbm_tb_s: float, tflops: float) -> float:
@@ -291,19 +310,22 @@ def with_moe(cal: Calibration, key: str, eff: MoeEfficiency, source: str) -> Cal
     return replace(cal, moe={**cal.moe, key: eff}, source=f"{cal.source}; {source}" if cal.source else source)
 
 
-def fit_linear(rows: list[tuple[list[float], float]]) -> list[float]:
-    """Non-negative least-squares coefficients of y ~ sum(c_i x_i), weighted by 1 / y (relative
-    errors count): a regressor whose coefficient comes out negative is dropped (0) and the rest refit."""
+def fit_linear(rows: list[tuple[list[float], float]], scale: list[float] | None = None) -> list[float]:
+    """Non-negative least-squares coefficients of y ~ sum(c_i x_i), each row's error divided by its
+    ``scale`` (default y: relative errors count); a regressor whose coefficient comes out negative is
+    dropped (0) and the rest refit."""
     import numpy as np
 
     if not rows:
         msg = "fit_linear: no rows to fit"
         raise ValueError(msg)
-    x = np.array([[v / y for v in xs] for xs, y in rows])
+    s = np.array(scale if scale is not None else [y for _, y in rows], dtype=float)
+    x = np.array([xs for xs, _ in rows], dtype=float) / s[:, None]
+    target = np.array([y for _, y in rows], dtype=float) / s
     active = list(range(x.shape[1]))
     coef = np.zeros(x.shape[1])
     while active:
-        sol, *_ = np.linalg.lstsq(x[:, active], np.ones(len(rows)), rcond=None)
+        sol, *_ = np.linalg.lstsq(x[:, active], target, rcond=None)
         if (sol >= 0).all():
             coef[active] = sol
             break
@@ -318,12 +340,12 @@ def _inverse(c: float) -> float:
 
 def fit_moe(points: list[dict[str, float]], hbm_tb_s: float, tflops: float) -> MoeEfficiency:
     """The MoE constants from measured layer times: each point's ``us`` against its expert ``bytes``
-    (read once), ``reread`` bytes (further M tiles) and ``flops``, non-negative:
-    t = fixed + bytes / (eff BW) + reread / (eff_r BW) + flops / (eff_f F)."""
+    (each picked expert read once), the pairs' ``flops`` and the 64-row tiles' ``pad_flops``,
+    non-negative: t = fixed + bytes / (eff BW) + flops / (eff_f F) + pad_flops / (eff_p F)."""
     bw, fl = hbm_tb_s * 1e6, tflops * 1e6
-    rows = [([1.0, p["bytes"] / bw, p.get("reread", 0.0) / bw, p["flops"] / fl], p["us"]) for p in points]
-    fixed, inv_bw, inv_r, inv_f = fit_linear(rows)
-    return MoeEfficiency(fixed, _inverse(inv_bw), _inverse(inv_f), _inverse(inv_r))
+    rows = [([1.0, p["bytes"] / bw, p["flops"] / fl, p.get("pad_flops", 0.0) / fl], p["us"]) for p in points]
+    fixed, inv_bw, inv_f, inv_p = fit_linear(rows)
+    return MoeEfficiency(fixed, _inverse(inv_bw), _inverse(inv_f), _inverse(inv_p))
 
 
 def relative_errors(predicted: list[float], measured: list[float]) -> list[float]:

@@ -55,24 +55,26 @@ TAU_PROFILE = "kimi-k2.5-dflash-gsm8k"  # repro/data/models/k26-tp8.toml [plant]
 
 @dataclass(frozen=True)
 class HostTime:
-    """Host ms a round per algorithm: ``base + per_request x c`` (scheduling, sampling, launches)."""
+    """What a served round costs beyond the model's forwards, per algorithm: ``base`` ms (scheduling,
+    launches, the drafter's tail) + ``per_token`` ms for each verified token (the logits' processing over
+    the vocabulary, the verify attention over the prefix: work the forward measurements leave out)."""
 
     ms: dict[str, tuple[float, float]]
     source: str = ""
 
-    def at(self, algorithm: str, concurrency: int) -> float:
-        """Host ms of one round of ``algorithm`` at concurrency ``concurrency``."""
-        base, per_request = self.ms[algorithm]
-        return base + per_request * concurrency
+    def at(self, algorithm: str, tokens: int) -> float:
+        """Ms of one round of ``algorithm`` verifying ``tokens`` tokens (c x N)."""
+        base, per_token = self.ms[algorithm]
+        return base + per_token * tokens
 
 
-# Fitted by repro.topology.checks.fit_host on the full-size k26-tp8 share's served rounds (H200, T 0,
-# docs/perf/fullsize_k26-tp8_h200_2026-12-04b.jsonl.gz for AR at c 1 and -04c, humaneval-distinct, at c 4;
-# DFLASH and DDTREE B 16 likewise; -02 for c 1): the served round less the model's GPU time at c 1 and 4.
-# verify/cpu/test_topology_model.py keeps these equal to that fit.
+# Fitted by verify/bench/topology_check.py (repro.topology.checks.fit_host) on the full-size k26-tp8 share's
+# served rounds (H200, T 0, docs/perf/fullsize_k26-tp8_h200_2026-12-0*.jsonl.gz) at c 1: AR, DFLASH, DDTREE B 16
+# and B 128, the served round less the model's GPU time (DEFAULT calibration). The per-token ms is the share's
+# (vocabulary 20480); verify/cpu/test_topology_evidence.py keeps these equal to that fit.
 DEFAULT_HOST = HostTime(
-    {"AR": (0.67, 0.0), "DFLASH": (3.41, 0.45), "DDTREE": (4.60, 0.64)},
-    source="fitted on the k26-tp8 share's served rounds at c 1 and 4 (H200, docs/perf/fullsize_k26-tp8_h200_2026-12-0*)")
+    {"AR": (0.9663, 0.017226), "DFLASH": (2.4138, 0.017226), "DDTREE": (3.9414, 0.017226)},
+    source="fitted on the k26-tp8 share's served rounds at c 1 (H200, docs/perf/fullsize_k26-tp8_h200_2026-12-0*)")
 
 
 @dataclass(frozen=True)
@@ -164,7 +166,7 @@ def predict_round(served: Served, box: Box, config: str, algorithm: str, budget:
     plan += drafter_collectives(algorithm, hidden=d.hidden, layers=d.layers, requests=concurrency, block=d.block, p=p,
                                 budget=int(budget or 0))
     coll_us, parts = collectives_us(box.fabric, plan, graph=graph)
-    host_ms = host.at(algorithm, concurrency)
+    host_ms = host.at(algorithm, tokens)
     round_ms = (target_us + drafter_us + coll_us) / 1e3 + host_ms
     tau = served.tau(algorithm, budget)
     return {"config": config, "algorithm": algorithm, "budget": budget, "concurrency": concurrency, "tokens": tokens,

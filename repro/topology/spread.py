@@ -46,7 +46,7 @@ class Spread:
 
     def tiles(self, block_m: int, *, rank: bool) -> float:
         """M tiles of ``block_m`` rows (16 or 64) the fused MoE runs: the loaded rank's or all."""
-        if block_m == 16:  # noqa: PLR2004
+        if block_m == 16:
             return self.max_blocks16 if rank else self.blocks16
         return self.max_blocks64 if rank else self.blocks64
 

@@ -140,10 +140,11 @@ def measure(runner: Any, rows: list[dict[str, Any]], reps: int, out: Path, resul
                                        hidden_size=s.hidden, intermediate_size_per_partition=s.width, top_k=s.topk,
                                        params_dtype=torch.bfloat16, activation="silu", is_gated=True, inplace=False,
                                        routed_scaling_factor=2.827) for s in (tp, ep)}
+    routed = [row.pop("_ids") for row in rows]  # the JSON written along the way holds no arrays
     for k, row in enumerate(rows):
         t = row["t"]
         hidden = torch.randn(t, tp.hidden, dtype=torch.bfloat16, device="cuda", generator=gen) * 0.1
-        ids = torch.as_tensor(row.pop("_ids"), dtype=torch.int32, device="cuda")
+        ids = torch.as_tensor(routed[k], dtype=torch.int32, device="cuda")
         weights_topk = torch.rand(t, tp.topk, dtype=torch.float32, device="cuda", generator=gen)
         topk = StandardTopKOutput(weights_topk, ids, torch.empty(t, tp.experts_global, device="cuda"))
         w1, w2_ = weights[row["share"]]

@@ -9,8 +9,9 @@ Three checks (repro.topology.checks), each fitted on some points and judged on t
 - forward: the k26-tp8 share's whole forward (verify_cost.py, random tokens), fitted on N a power of
   two, N + 1 held out: within 10% (reported beside, the model's transfer step);
 - served: TP1 rounds of the full-size k26-tp8 and qwen3-8b targets and the 4-layer target (repro bench
-  results): GPU time from the model, host time fitted per algorithm on c 1 and 4 at one budget (B 16),
-  every other cell (c 16, the other budgets) held out: within 15%.
+  results): GPU time from the model, host time (a base per algorithm and one per verified token)
+  fitted at c 1 on AR, DFLASH and DDTREE at the smallest budget and B 128, every other cell (c 4 and 16,
+  the other budgets) held out: within 15%.
 
 Inputs default to the committed files under docs/perf; the JSON holds every held-out point.
 """
@@ -25,7 +26,8 @@ from typing import Any
 
 from repro.evidence.prompts import DISTINCT
 from repro.topology import checks
-from repro.topology.compute import DEFAULT, Calibration, Drafter, Target
+from repro.topology.collectives import load_table
+from repro.topology.compute import ROOFLINE, Calibration, Drafter, Target
 
 PERF = Path(__file__).parents[2] / "docs" / "perf"
 H200 = (4.8, 989.0)
@@ -47,12 +49,13 @@ def share_held_out(row: dict[str, Any]) -> bool:
 
 def forward_held_out(row: dict[str, Any]) -> bool:
     """Whole-forward rows held out: N one above a power of two (9, 17, 33, ...)."""
-    return row["n"] > 2 and (row["n"] - 1) & (row["n"] - 2) == 0  # noqa: PLR2004
+    return row["n"] > 2 and (row["n"] - 1) & (row["n"] - 2) == 0
 
 
 def served_fit(row: dict[str, Any]) -> bool:
-    """Served cells the host time is fitted on: c 1 and 4, AR, DFLASH and DDTREE B 16."""
-    return row["concurrency"] in (1, 4) and row["budget"] in (None, FIT_BUDGET)
+    """Served cells the host time is fitted on: c 1, AR, DFLASH and DDTREE at the smallest budget served
+    (B 16 on the full-size targets, B 8 on the 4-layer one) and at B 128 (the per-token term)."""
+    return row["concurrency"] == 1 and row["budget"] in (None, 8, FIT_BUDGET, 128)
 
 
 def _targets(model: str) -> tuple[Target, Drafter]:
@@ -84,16 +87,24 @@ def _distinct(model: str, block: int) -> Any:
     return distinct
 
 
+def share_calibration(shares_path: Path) -> Calibration:
+    """ROOFLINE with the MoE constants fitted on a share_cost result (efficiencies of its GPU's datasheet)."""
+    device, share_rows = checks.share_cost_rows(shares_path)
+    gpu = load_table().gpu_for(device)
+    if gpu is None:
+        msg = f"{shares_path}: measured on {device!r}, which no [gpus] class of collectives.toml matches"
+        raise SystemExit(msg)
+    return checks.calibration_from_shares(share_rows, gpu.key, gpu.hbm_tb_s, gpu.bf16_tflops, ROOFLINE)
+
+
 def calibration(shares_path: Path | None) -> Calibration:
-    """The H200 calibration: the MoE layers' constants from a share_cost result (else DEFAULT's),
-    ``layer_us`` from the k26-tp8 share's whole forward with them fixed."""
+    """The calibration: the MoE layers' constants from a share_cost result (else fitted on the forward),
+    ``flops_eff`` and ``layer_us`` from the k26-tp8 share's whole forward on the H200."""
     target, _ = _targets("k26-tp8")
     _, rows = checks.verify_cost_rows(FORWARD)
     if shares_path is None:
         return checks.fit_forward(target, rows, *H200)
-    _, share_rows = checks.share_cost_rows(shares_path)
-    cal = checks.calibration_from_shares(share_rows, "h200", *H200)
-    return checks.fit_layer_us(target, rows, cal, *H200)
+    return checks.fit_layer_us(target, rows, share_calibration(shares_path), *H200)
 
 
 def run(shares_path: Path | None) -> dict[str, Any]:
@@ -101,13 +112,27 @@ def run(shares_path: Path | None) -> dict[str, Any]:
     out: dict[str, Any] = {"shares": None}
     if shares_path is not None:
         device, rows = checks.share_cost_rows(shares_path)
+        gpu = load_table().gpu_for(device)
         out["shares"] = {"file": str(shares_path), "device": device,
-                         "checks": [c.as_dict() for c in checks.check_shares(rows, share_held_out, *H200)]}
+                         "checks": [c.as_dict() for c in checks.check_shares(rows, share_held_out, gpu.hbm_tb_s,
+                                                                             gpu.bf16_tflops)]}
     target, _ = _targets("k26-tp8")
     _, rows = checks.verify_cost_rows(FORWARD)
-    _, fwd = checks.check_forward(target, rows, forward_held_out, *H200)
-    out["forward"] = fwd.as_dict()
     cal = calibration(shares_path)
+    if shares_path is None:
+        _, fwd = checks.check_forward(target, rows, forward_held_out, *H200)
+    else:  # the MoE constants measured: flops_eff and layer_us fitted on part of the forward, the rest predicted
+        fit_rows = [r for r in rows if not forward_held_out(r)]
+        fcal = checks.fit_layer_us(target, fit_rows, share_calibration(shares_path), *H200)
+        held = []
+        for r in rows:
+            if forward_held_out(r):
+                pred = checks.forward_ms(target, fcal, r["distinct"], *H200)
+                held.append({"tokens": r["tokens"], "distinct": r["distinct"], "measured": r["ms"], "predicted": pred,
+                             "error": (pred - r["ms"]) / r["ms"]})
+        fwd = checks.Check(f"{target.name} whole forward (H200; MoE from the shares)", len(fit_rows), held,
+                           checks.SHARE_TOLERANCE)
+    out["forward"] = fwd.as_dict()
     out["calibration"] = cal.as_dict()
     served = {}
     for name, (profile, files, prompts, model) in SERVED.items():
@@ -121,8 +146,8 @@ def run(shares_path: Path | None) -> dict[str, Any]:
         def gpu(row: dict[str, Any], t=t, d=d, c=model_cal, distinct=distinct) -> float:
             return checks.served_gpu_ms(t, d, c, row, *H200, distinct=distinct)
 
-        host, check = checks.check_served(name, rows, served_fit, gpu)
-        served[name] = {"host_ms": {k: v[0] for k, v in host.ms.items()}, **check.as_dict()}
+        host, check = checks.check_served(name, rows, served_fit, gpu, block=d.block, per_token=True)
+        served[name] = {"host_ms": host.ms, **check.as_dict()}
     out["served"] = served
     return out
 
@@ -133,7 +158,7 @@ def _dense_calibration(target: Target) -> Calibration:
     result = json.loads(QWEN_FORWARD.read_text())
     rows = [{"tokens": r["bs"] * r["n"], "distinct": r["bs"] * r["n"], "ms": r["gpu_busy_ms"]} for r in result["rows"]]
     del target
-    return checks.fit_forward(qwen, rows, *H200, DEFAULT)
+    return checks.fit_forward(qwen, rows, *H200, ROOFLINE)
 
 
 def summary(result: dict[str, Any]) -> list[str]:

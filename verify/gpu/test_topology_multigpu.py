@@ -20,7 +20,8 @@ FACTOR = 3.0  # a measured small all-reduce within 3x of the table's figure for 
 
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    if torch.cuda.device_count() < 2:  # noqa: PLR2004
+    """`repro topology --measure` once for the module (skips below two GPUs)."""
+    if torch.cuda.device_count() < 2:
         pytest.skip(f"--measure needs 2 or more GPUs, this machine has {torch.cuda.device_count()}")
     out = tmp_path_factory.mktemp("measure") / "m.json"
     assert cli.main(["topology", "--measure", "--reps", "10", "-o", str(out)]) == 0
