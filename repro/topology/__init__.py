@@ -12,9 +12,9 @@ and repro/data/collectives.toml's timings), ``spread`` (experts per GPU under TP
 the one-GPU measurements), ``measure`` (--measure), ``advice`` (the text), ``plots``.
 
 ``--predict`` and the advice on a box take the per-GPU compute calibration from ``--compute`` (a
-verify/bench/share_cost.py result; else the roofline constants of repro.topology.compute), the
-collectives from ``--collectives`` (a --measure result for that box; else the table), and host time
-from the served one-GPU rounds (repro.topology.model.DEFAULT_HOST).
+verify/bench/share_cost.py result; else repro.topology.compute.DEFAULT, the fit of the committed
+one-GPU measurements), the collectives from ``--collectives`` (a --measure result for that box; else
+repro/data/collectives.toml), and host time from the served one-GPU rounds (model.DEFAULT_HOST).
 """
 
 from __future__ import annotations
@@ -310,3 +310,16 @@ def tp_over_ep(tp_profile: str, ep_profile: str, algorithm: str, budget: int | N
     rows = [predict_round(served, box, config, algorithm, budget, concurrency, cal=cal, spread=kind)
             for config in ("tp", "ep")]
     return rows[0]["tok_s"] / rows[1]["tok_s"]
+
+
+def tp_over_ep_bounds(tp_profile: str, ep_profile: str, concurrency: int = 1) -> tuple[float, float]:
+    """The thresholds' tp-over-ep bounds for a profile pair: the model's lowest and highest TP / EP ratio
+    over AR, DFLASH and DDTREE B 16..512 at ``concurrency``, widened by TP_EP_TOLERANCE and rounded outwards
+    to 0.01 (repro/data/thresholds.toml marks them predicted)."""
+    import math
+
+    from repro.topology.model import cells
+
+    ratios = [tp_over_ep(tp_profile, ep_profile, a, b, concurrency) for a, b in cells()]
+    return (math.floor(min(ratios) * (1 - TP_EP_TOLERANCE) * 100) / 100,
+            math.ceil(max(ratios) * (1 + TP_EP_TOLERANCE) * 100) / 100)

@@ -44,12 +44,18 @@ def ep_reason(rows: list[dict[str, Any]], concurrency: int) -> str:
                and (r["algorithm"], r["budget"]) == (tp["algorithm"], tp["budget"])), None) if tp else None
     if tp is None or ep is None:
         return ""
-    verdict = "wins" if ep["tok_s"] > tp["tok_s"] else "loses"
-    return (f"c {concurrency}, {cell_label(tp)} (T = {tp['tokens']}): EP {verdict} ({ep['tok_s']:.0f} vs "
-            f"{tp['tok_s']:.0f} tok/s): its most-loaded GPU reads {ep['experts_read']:.0f} whole experts a layer "
+    wins = ep["tok_s"] > tp["tok_s"]
+    why = ""
+    if wins and ep["expert_gb"] > tp["expert_gb"]:
+        why = ("; it wins despite the bytes because its fused MoE's per-layer floor is lower (48 wide experts "
+               "against 384 narrow slices, measured on one GPU)")
+    elif not wins and ep["expert_gb"] <= tp["expert_gb"] * 1.01:
+        why = "; the bytes are equal here, and EP's 64-row M tiles (past 48 tokens a layer) cost it the difference"
+    return (f"c {concurrency}, {cell_label(tp)} (T = {tp['tokens']}): EP {'wins' if wins else 'loses'} ({ep['tok_s']:.0f} "
+            f"vs {tp['tok_s']:.0f} tok/s): its most-loaded GPU reads {ep['experts_read']:.0f} whole experts a layer "
             f"({ep['rank_share']:.0%} of the token-expert pairs) against TP's {tp['experts_read']:.0f} one-eighth "
             f"slices: {ep['expert_gb']:.1f} vs {tp['expert_gb']:.1f} GB of experts a forward; the collectives are "
-            f"the same ({ep['collectives_ms']:.2f} ms)")
+            f"the same ({ep['collectives_ms']:.2f} ms){why}")
 
 
 def budget_lines(box: Box, rows: list[dict[str, Any]], configs: list[str]) -> list[str]:

@@ -345,11 +345,10 @@ class TestMeasure:
 
     def test_two_gpus_missing_is_a_repro_error(self, monkeypatch) -> None:
         """The error type is ReproError (exit 1), not a usage error."""
-        from repro.topology import detect
-
         import argparse
 
         import repro.topology as topo
+        from repro.topology import detect
 
         monkeypatch.setattr(detect, "local_box", lambda: detect.Box(1, "single", names=("NVIDIA H200",)))
         args = argparse.Namespace(measure=True, reps=1, output=None)
