@@ -24,6 +24,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from repro.argtypes import integer
 from repro.errors import ReproError, UsageError
 from repro.files import read_json, read_text
 
@@ -51,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--measure", action="store_true", help="measure this box's all-reduce (2 or more local GPUs)")
     parser.add_argument("-o", "--output", type=Path, default=None, metavar="FILE",
                         help="where --measure writes its JSON (default topology-measure.json)")
-    parser.add_argument("--reps", type=int, default=20, help="--measure: timed calls a size (default 20)")
+    parser.add_argument("--reps", type=integer(1, 10_000), default=20, help="--measure: timed calls a size (default 20)")
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 
