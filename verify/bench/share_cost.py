@@ -35,29 +35,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from verify.bench.verify_cost import load_runner
+
 BS = (1, 4, 16)
 TOKENS = (1, 8, 16, 17, 33, 65, 129, 257, 513)
 SPREADS = ("planted", "skewed")
-
-
-def _load_runner(model_dir: Path, mem_fraction: float) -> Any:
-    """SGLang's benchmark model runner for ``model_dir`` with dummy weights (no planting)."""
-    from sglang.benchmark import one_batch
-    from sglang.srt.entrypoints.engine import _set_envs_and_config
-    from sglang.srt.layers.moe import initialize_moe_config
-    from sglang.srt.layers.quantization.fp8_utils import initialize_fp8_gemm_config
-    from sglang.srt.server_args import PortArgs, ServerArgs
-
-    server_args = ServerArgs(model_path=str(model_dir), load_format="dummy", skip_tokenizer_init=True,
-                             attention_backend="triton", sampling_backend="pytorch", grammar_backend="none",
-                             mem_fraction_static=mem_fraction, disable_cuda_graph=True, disable_radix_cache=True,
-                             context_length=4096, page_size=1, max_running_requests=16)
-    _set_envs_and_config(server_args)
-    initialize_moe_config(server_args)
-    initialize_fp8_gemm_config(server_args)
-    one_batch.get_tokenizer = lambda *_args, **_kwargs: None
-    runner, _ = one_batch.load_model(server_args, PortArgs.init_new(server_args), 0, 0)
-    return runner.torch_runner
 
 
 def write_layer_config(out: Path, layers: int = 2) -> Path:
@@ -215,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
               "kind": "moe-layer", "hidden": 7168, "rows": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        runner = _load_runner(write_layer_config(Path(tmp)), args.mem_fraction_static)
+        runner = load_runner(write_layer_config(Path(tmp)), args.mem_fraction_static, plant=False)[0].torch_runner
         measure(runner, rows, args.reps, args.out, result)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     # a fresh interpreter draws it (SGLang leaves a stub IPython module that pyplot trips on)

@@ -51,9 +51,11 @@ def busy_time(intervals: Iterable[tuple[float, float]]) -> float:
     return total
 
 
-def _load_runner(model_dir: Path, mem_fraction: float):
-    """SGLang's benchmark model runner for ``model_dir``: dummy weights, planted at load."""
-    os.environ["SGLANG_REPRO_PLANT"] = str(model_dir / "planted.json")
+def load_runner(model_dir: Path, mem_fraction: float, *, plant: bool = True):
+    """SGLang's benchmark model runner for ``model_dir`` (dummy weights, planted at load unless
+    ``plant`` is False) and its synthetic-input builder."""
+    if plant:
+        os.environ["SGLANG_REPRO_PLANT"] = str(model_dir / "planted.json")
     from sglang.benchmark import one_batch
     from sglang.srt.entrypoints.engine import _set_envs_and_config
     from sglang.srt.layers.moe import initialize_moe_config
@@ -158,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("verify_cost: needs a CUDA GPU (got none)", file=sys.stderr)
         return 2
-    runner, make_reqs = _load_runner(args.model_dir, args.mem_fraction_static)
+    runner, make_reqs = load_runner(args.model_dir, args.mem_fraction_static)
     result = {"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "model": args.model_dir.name,
               "device": torch.cuda.get_device_name(), "torch": torch.__version__,
               "command": "python -m verify.bench.verify_cost " + " ".join(sys.argv[1:] if argv is None else argv),
