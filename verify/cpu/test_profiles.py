@@ -11,7 +11,7 @@ from repro.serving.profiles import Profile, get_profile, load_profiles, load_thr
 from repro.stack.pins import load_stack
 from verify.fake_sglang import write_profiles
 
-SEED_DEPLOYMENTS = ("k26-b300-tp8", "k26-b300-ep8", "k26-pro6000-ep8", "k26-pro6000-tp8",
+KIMI_DEPLOYMENTS = ("k26-b300-tp8", "k26-b300-ep8", "k26-pro6000-ep8", "k26-pro6000-tp8",
                     "k26-h200-tp8")
 
 
@@ -21,9 +21,9 @@ def _load_one(tmp_path: Path, **overrides: object) -> Profile:
 
 
 class TestShippedProfiles:
-    def test_the_seed_deployments_are_shipped(self) -> None:
-        """Every deployment of the seed is a profile of the packaged file."""
-        assert set(SEED_DEPLOYMENTS) <= set(load_profiles())
+    def test_the_kimi_deployments_are_shipped(self) -> None:
+        """Every Kimi K2.6 deployment is a profile of the packaged file."""
+        assert set(KIMI_DEPLOYMENTS) <= set(load_profiles())
 
     def test_pro6000_profiles_are_sm120_over_pcie(self) -> None:
         """The RTX PRO 6000 deployments target sm120 and are judged with the PCIe thresholds."""
@@ -154,7 +154,7 @@ class TestThresholds:
 
     def test_k26_tp_over_ep_bounds_are_marked_predicted(self) -> None:
         """The k26 TP/EP bounds come from the cost model and say so (verify/cpu/test_topology_thresholds.py
-        checks their values); the seed's 26 / 65 observation is not a bound any more."""
+        checks their values); the reported 26 / 65 observation is not a bound."""
         for name in ("k26-pcie", "k26-nvlink"):
             tset = load_thresholds()[name]
             assert tset.tp_over_ep_source.startswith("predicted, not measured")
