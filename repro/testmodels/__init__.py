@@ -34,7 +34,7 @@ from repro.testmodels.configs import FULLSIZE, read_model
 PLANTED_TARGETS = ("planted", "mla-planted", *FULLSIZE)  # the directories that get a tokenizer
 SPREAD_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 513)
 SPREAD_BUDGETS = (16, 32, 64, 128, 256, 512)
-SPREAD_PROMPTS, SPREAD_NUM_PROMPTS = DISTINCT, 16  # repro bench's, as fullsize.sh runs it
+SPREAD_PROMPTS, SPREAD_NUM_PROMPTS = DISTINCT, 16  # repro bench's, as the bench-* experiments run it
 OUT_EXPECTED = "a directory to write the test models into"
 
 

@@ -173,7 +173,7 @@ def expert_spread(model: FullSizeModel, counts: list[int]) -> dict[int, list[int
 def prompt_ids(model: FullSizeModel, count: int, prompts: str = DISTINCT) -> list[list[int]]:
     """The first ``count`` prompts of a set as the token ids `repro bench` sends this target
     (no tokenizer: UTF-8 byte ids, cut to their last 1,024; ``humaneval-distinct``, as
-    verify/device/fullsize.sh benches it, ends each on a token of its own)."""
+    verify/device/experiments.toml benches it, ends each on a token of its own)."""
     from repro.evidence.prompts import load_prompts, request_input
 
     vocab = model.target["vocab_size"]

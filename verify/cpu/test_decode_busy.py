@@ -64,7 +64,7 @@ class TestRuns:
         assert err.count("\n") == 1
 
     def test_result_names_match_the_labels(self):
-        """One file per (label, c), named as fullsize.sh and the committed docs/perf files are."""
+        """One file per (label, c), named as the busy experiments' and the committed docs/perf files are."""
         assert decode_busy.result_name("full-h200-qwen3-8b", "DDTREE B=63", 16) == "busy-qwen3-8b-DDTREE-B63-c16.json"
         assert decode_busy.result_name("test-h200-tp1", "AR", 1) == "busy-test-h200-tp1-AR-c1.json"
 
