@@ -126,7 +126,9 @@ confirm | side)
   # the shipped profile with its KV cache capped: SGLang takes mem-fraction-static of the memory free
   # at each server's start, which servers starting together share
   if [ "$phase" = confirm ]; then algos=DDTREE budgets=$3 temps=0; else algos=$3 budgets=$4 temps=${TEMPS:-0}; fi
-  sed "/^\[profiles.full-h200-$name\]/,/^sglang = /s/^sglang = { /sglang = { max-total-tokens = ${CONFIRM_TOKENS:-24576}, /" \
+  # (SIDE_FRACTION: mem-fraction-static for them, so that more servers find KV memory at their start)
+  sed -e "/^\[profiles.full-h200-$name\]/,/^sglang = /s/^sglang = { /sglang = { max-total-tokens = ${CONFIRM_TOKENS:-24576}, /" \
+    -e "/^\[profiles.full-h200-$name\]/,/^sglang = /s/mem-fraction-static = [0-9.]*/mem-fraction-static = ${SIDE_FRACTION:-0.7}/" \
     repro/data/profiles.toml >"$DIR/profiles-$phase.toml"
   REPRO_DDTREE_RECORD="$DIR/recording-$name.jsonl" REPRO_DDTREE_RECORD_PROMPTS=$PROMPTS \
   timeout 570 python3 -m repro.cli bench "full-h200-$name" --profile-file "$DIR/profiles-$phase.toml" --models-dir "$MODELS" \
