@@ -5,17 +5,21 @@ comparison's verdicts."""
 from __future__ import annotations
 
 import json
+import os
 import random
 from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
 
+from repro import cli
+from repro.errors import UsageError
 from repro.evidence.prompts import DISTINCT, load_prompts, request_input
 from repro.evidence.results import Cell, summarize
 from repro.testmodels.configs import read_model
 from repro.testmodels.tokenizer import vocabulary, write_tokenizer
 from verify.bench import bench_serving_check as check
+from verify.benchrun import bench_args, fake_server, workspace
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "bench_serving" / "result-0.5.17.jsonl"
 CELL = Cell("full-h200-qwen3-8b", "DDTREE", None, 4, 0.0, DISTINCT, 16, schedule="1:63,4:31,16:15", request_rate=6.0)
@@ -133,3 +137,74 @@ class TestVerdicts:
         """Accept length bench_serving could not read (None) gets no ratio rather than a made-up one."""
         rows = self._rows(0.02, accept_length=None)
         assert rows["accept length"]["ratio"] is None and rows["accept length"]["repro"] == 3.0
+
+
+STUB = '''"""A stand-in for sglang.bench_serving: it loads the sharegpt dataset as 0.5.17 does (random.seed, then
+shuffle), encodes each prompt with --tokenizer and appends the fixture's summary with those input_lens."""
+import argparse, json, random, sys
+from pathlib import Path
+from tokenizers import Tokenizer
+p = argparse.ArgumentParser()
+for flag in ("--dataset-path", "--seed", "--tokenizer", "--output-file", "--request-rate", "--max-concurrency",
+             "--num-prompts"):
+    p.add_argument(flag)
+args = p.parse_known_args()[0]
+random.seed(int(args.seed))
+rows = json.loads(Path(args.dataset_path).read_text())
+random.shuffle(rows)
+tok = Tokenizer.from_file(str(Path(args.tokenizer) / "tokenizer.json"))
+summary = json.loads(Path(sys.argv[0]).with_name("result.jsonl").read_text())
+summary.update(input_lens=[len(tok.encode(r["conversations"][0]["value"], add_special_tokens=False).ids) for r in rows],
+               request_rate=float(args.request_rate), max_concurrency=int(args.max_concurrency),
+               errors=[""] * int(args.num_prompts))
+with open(args.output_file, "a") as f:
+    f.write(json.dumps(summary) + "\\n")
+'''
+
+
+class TestMain:
+    def test_bench_serving_runs_at_each_cells_load(self, tmp_path: Path, monkeypatch, capsys) -> None:
+        """Against the fake server: repro bench's open-loop cells, then one bench_serving run per rate
+        (a stand-in that shuffles as 0.5.17 does) given the cell's prompts as text, which it receives
+        in repro's order; the JSON holds a row per figure and the runs' command lines."""
+        work = workspace(tmp_path / "w", monkeypatch)
+        stub = tmp_path / "stub" / "sglang"
+        stub.mkdir(parents=True)
+        (stub / "__init__.py").write_text("")
+        (stub / "bench_serving.py").write_text(STUB)
+        (stub / "result.jsonl").write_text(FIXTURE.read_text())
+        tokenizer = tmp_path / "tok"
+        tokenizer.mkdir()
+        (tokenizer / "config.json").write_text(json.dumps({"vocab_size": 4096, "bos_token_id": 1, "eos_token_id": 2}))
+        write_tokenizer(tokenizer)
+        proc, url = fake_server(work, "--speculative-algorithm", "DDTREE", "--speculative-ddtree-budget", "8")
+        try:
+            assert cli.main(bench_args("fake", "--url", url, "--prompts", DISTINCT, "--request-rate", "100,300",
+                                       "--num-prompts", "3", "--flush-cache", "--seed", "5")) == 0
+            monkeypatch.setenv("PYTHONPATH", f"{tmp_path / 'stub'}:{os.environ['PYTHONPATH']}")
+            code = check.main([str(work / "out.jsonl"), "--url", url, "--profile", "fake", "--profile-file",
+                               "profiles.toml", "--models-dir", "models", "--tokenizer", str(tokenizer), "--seed", "5",
+                               "--out", str(work / "check")])
+        finally:
+            proc.kill()
+            proc.wait()
+        result = json.loads((work / "check" / "bench_serving_check.json").read_text())
+        assert code == (0 if result["passed"] else 1)
+        assert [(r["rate"], r["in_repro_order"]) for r in result["runs"]] == [(100.0, True), (300.0, True)]
+        assert {r["figure"] for r in result["rows"]} == {*check.FIGURES, "failed"}
+        assert "--request-rate" in result["runs"][1]["argv"] and "300" in result["runs"][1]["argv"]
+        assert "verdict: output tok/s and TPOT median ms within 10%" in capsys.readouterr().out
+
+    def test_another_seed_is_refused(self, tmp_path: Path, monkeypatch) -> None:
+        """A --seed other than the one repro bench drew its arrivals with cannot give the same load."""
+        work = workspace(tmp_path / "w", monkeypatch)
+        proc, url = fake_server(work)
+        try:
+            assert cli.main(bench_args("fake", "--url", url, "--prompts", DISTINCT, "--request-rate", "100",
+                                       "--num-prompts", "3")) == 0
+        finally:
+            proc.kill()
+            proc.wait()
+        with pytest.raises(UsageError, match=r"arrivals another --seed drew"):
+            check.main([str(work / "out.jsonl"), "--url", url, "--profile", "fake", "--profile-file", "profiles.toml",
+                        "--models-dir", "models", "--tokenizer", str(tmp_path), "--seed", "2", "--out", str(tmp_path)])

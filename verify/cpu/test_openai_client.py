@@ -6,9 +6,8 @@ from __future__ import annotations
 import io
 import json
 import subprocess
-import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -19,9 +18,8 @@ from repro.evidence.load import Job
 from repro.evidence.results import read_records, summarize
 from repro.serving.openai_client import OpenAIClient, completion_body, fold_completion
 from repro.serving.sglang_client import Client, events
-from repro.serving.sglang_server import free_port
-from verify.benchrun import bench_args, workspace
-from verify.fake_sglang import subprocess_env, write_profiles
+from verify.benchrun import bench_args, fake_server, workspace
+from verify.fake_sglang import make_models, write_profiles
 
 
 def _sse(*items: dict | str) -> io.BytesIO:
@@ -97,22 +95,14 @@ class TestRequestBody:
 
 
 @pytest.fixture
-def fake(tmp_path: Path) -> Iterator[callable]:
-    """Start a fake server with extra arguments (killed at teardown); returns its URL."""
+def fake(tmp_path: Path) -> Iterator[Callable[..., str]]:
+    """Start fake servers with extra arguments (killed at teardown); each call returns a URL."""
+    make_models(tmp_path / "fake" / "models")
     procs: list[subprocess.Popen[bytes]] = []
-    (tmp_path / "target").mkdir()
 
     def start(*args: str) -> str:
-        port = free_port()
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "verify.fake_sglang", "--model-path", str(tmp_path / "target"), "--port", str(port),
-             "--fake-startup-s", "0", "--fake-max-lifetime-s", "60", "--fake-step-ms", "2", *args],
-            env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 20
-        while not Client(url).healthy(timeout=1):
-            assert time.monotonic() < deadline and procs[-1].poll() is None, "fake server did not start"
-            time.sleep(0.05)
+        proc, url = fake_server(tmp_path / "fake", *args)
+        procs.append(proc)
         return url
 
     yield start
