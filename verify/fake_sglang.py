@@ -138,7 +138,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         """Answer /generate, streamed or not, streamed /v1/completions and /flush_cache."""
-        if self.path == "/flush_cache":
+        if self.path.partition("?")[0] == "/flush_cache":
             Handler.flushes += 1
             self._json(200, {"message": "Cache flushed."})
             return

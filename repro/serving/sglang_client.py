@@ -111,10 +111,11 @@ class Client:
         return json_object(body, f"GET {self.url}/server_info")
 
     def flush_cache(self, timeout: float = 60.0) -> None:
-        """Empty the server's prefix cache (SGLang's ``/flush_cache``; it refuses while requests run)."""
-        conn = self._connect(timeout)
+        """Empty the server's prefix cache (SGLang's ``/flush_cache``, which waits up to ``timeout``
+        seconds for the requests still running to end: it flushes only an idle server)."""
+        conn = self._connect(timeout + 30)
         try:
-            conn.request("POST", "/flush_cache")
+            conn.request("POST", f"/flush_cache?timeout={timeout:g}")
             resp = conn.getresponse()
             status, body = resp.status, resp.read(300)
         except _NET_ERRORS as exc:
