@@ -53,7 +53,8 @@ def _is_baseline(base: Cell, cell: Cell) -> bool:
 
 def _load(cell: Cell) -> tuple[Any, ...]:
     """What two cells must share to be compared: all but the algorithm and budget (or schedule)."""
-    return (cell.profile, cell.prompts, cell.temperature, cell.max_new_tokens, cell.request_rate, cell.concurrency)
+    return (cell.profile, cell.prompts, cell.temperature, cell.max_new_tokens, cell.request_rate, cell.concurrency,
+            cell.api)
 
 
 def latency_ratios(summaries: Iterable[CellSummary]) -> list[LatencyRatio]:
@@ -68,7 +69,7 @@ def latency_ratios(summaries: Iterable[CellSummary]) -> list[LatencyRatio]:
 
 def ratio_rows(ratios: Iterable[LatencyRatio]) -> list[list[str]]:
     """Rows of :data:`RATIO_HEADERS`."""
-    return [[r.cell.profile, r.cell.label, r.over, str(r.cell.concurrency), rate_text(r.cell.request_rate),
+    return [[r.cell.source, r.cell.label, r.over, str(r.cell.concurrency), rate_text(r.cell.request_rate),
              f"{r.cell.temperature:g}", *("-" if x is None else x.text("x") for x in r.figures.values())]
             for r in ratios]
 

@@ -14,8 +14,9 @@ from repro.errors import UsageError
 from repro.files import is_finite_number
 from repro.schedule import BudgetSchedule
 
-OPTIONAL_CELL_FIELDS = ("schedule", "request_rate")
+OPTIONAL_CELL_FIELDS = ("schedule", "request_rate", "api")
 ALGORITHM_ORDER = {"AR": 0, "DFLASH": 1, "DDTREE": 2}
+APIS = ("native", "openai")  # what `repro bench --api` measures through; a cell records all but native
 KINDS = ("run", "server", "request", "tune")  # tune: `repro tune`'s result, read by `repro report`
 
 
@@ -37,6 +38,7 @@ _CELL_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "max_new_tokens": (lambda v: _is_int(v, 1), "an integer >= 1"),
     "schedule": (lambda v: v is None or _is_schedule(v), "a budget schedule (e.g. '1:63,16:15') or null"),
     "request_rate": (lambda v: v is None or (is_finite_number(v) and v > 0), "a number > 0 or null"),
+    "api": (lambda v: v is None or v in APIS[1:], f"one of {', '.join(APIS[1:])} or null (native)"),
 }
 ALWAYS, COMPLETED, OPTIONAL = "always", "completed", "optional"  # when a request record must hold a key
 _REQUEST_FIELDS: dict[str, tuple[Callable[[Any], bool], str, str]] = {  # check, expected, when required

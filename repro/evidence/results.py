@@ -39,6 +39,7 @@ class Cell:
     max_new_tokens: int
     schedule: str | None = None  # DDTREE with a budget schedule (repro.schedule's text); budget None then
     request_rate: float | None = None  # open loop: Poisson arrivals per second, concurrency their cap
+    api: str | None = None  # measured through: None for SGLang's native /generate, "openai" for /v1/completions
 
     @property
     def key(self) -> str:
@@ -56,8 +57,15 @@ class Cell:
 
     @property
     def load(self) -> str:
-        """How the cell loads its server: ``c=4`` (closed loop) or ``rate=2/s c<=16`` (open loop, capped)."""
-        return f"c={self.concurrency}" if self.request_rate is None else f"rate={self.request_rate:g}/s c<={self.concurrency}"
+        """How the cell loads its server: ``c=4`` (closed loop) or ``rate=2/s c<=16`` (open loop, capped),
+        through the API named after ``via`` where it is not the native one."""
+        load = f"c={self.concurrency}" if self.request_rate is None else f"rate={self.request_rate:g}/s c<={self.concurrency}"
+        return load + (f" via {self.api}" if self.api else "")
+
+    @property
+    def source(self) -> str:
+        """The profile, with the API where it is not the native one (``"p via openai"``): a table's profile column."""
+        return self.profile + (f" via {self.api}" if self.api else "")
 
 
 def label_order(label: str) -> tuple[int, int, str]:
@@ -319,7 +327,7 @@ def _ratio_text(value: float | None, interval: tuple[float, float] | None) -> st
 
 def table_rows(summaries: Iterable[CellSummary]) -> list[list[str]]:
     """Summary rows as strings, in :data:`HEADERS` order (a ratio with its 95% interval where it has one)."""
-    return [[s.cell.profile, s.cell.label, str(s.cell.concurrency), rate_text(s.cell.request_rate),
+    return [[s.cell.source, s.cell.label, str(s.cell.concurrency), rate_text(s.cell.request_rate),
              f"{s.cell.temperature:g}", str(s.requests), _fmt(s.output_tok_s), _fmt(s.decode_tok_s), _fmt(s.tau_mean, 2),
              _fmt(s.ttft_ms and s.ttft_ms.p50), _fmt(s.itl_ms and s.itl_ms.p50, 2), _fmt(s.itl_ms and s.itl_ms.p99, 2),
              _ratio_text(s.speedup, s.speedup_interval), _ratio_text(s.over_dflash, s.over_dflash_interval)]
