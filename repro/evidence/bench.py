@@ -31,6 +31,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from repro.algorithms import ALGORITHMS, DDTREE, budgeted
 from repro.argtypes import NONNEGATIVE_INT, PORT, POSITIVE_INT, SECONDS, comma_list, number
 from repro.errors import ReproError, UsageError
 from repro.evidence import runconfig
@@ -52,7 +53,7 @@ from repro.evidence.results import (
 )
 from repro.schedule import BudgetSchedule
 from repro.serving.openai_client import OpenAIClient
-from repro.serving.profiles import ALGORITHMS, Profile, load_profiles, model_path, models_dir
+from repro.serving.profiles import Profile, load_profiles, model_path, models_dir
 from repro.serving.sglang_client import Client, parse_url
 from repro.serving.sglang_server import SGLangServer, check_models, free_port, sigterm_as_interrupt
 
@@ -163,16 +164,16 @@ def _variants(profile: Profile, algorithms: list[str], budgets: list[int], sched
     the profile's own)."""
     out = []
     for algorithm in algorithms:
-        if algorithm != "DDTREE":
+        if not budgeted(algorithm):
             out.append(profile.with_algorithm(algorithm))
             continue
         if not budgets and not schedules and profile.budget is None and not profile.budget_schedule:
             msg = f"--budgets or --schedules is needed: profile {profile.name!r} sets no budget"
             raise UsageError(msg)
         if not budgets and not schedules:
-            out.append(profile.with_algorithm("DDTREE"))
-        out += [profile.with_algorithm("DDTREE", b) for b in budgets]
-        out += [profile.with_algorithm("DDTREE", schedule=s) for s in schedules]
+            out.append(profile.with_algorithm(DDTREE))
+        out += [profile.with_algorithm(DDTREE, b) for b in budgets]
+        out += [profile.with_algorithm(DDTREE, schedule=s) for s in schedules]
     return out
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from repro.algorithms import AR, DDTREE, DFLASH
 from repro.evidence import intervals
 from repro.evidence.intervals import Ratio, Statistic
 from repro.evidence.latency import rate_text
@@ -44,10 +45,10 @@ class LatencyRatio:
 
 def _is_baseline(base: Cell, cell: Cell) -> bool:
     """AR for every other algorithm, DFLASH for DDTREE, a fixed-budget DDTREE cell for a schedule."""
-    if base.algorithm == "AR":
-        return cell.algorithm != "AR"
-    if base.algorithm == "DFLASH":
-        return cell.algorithm == "DDTREE"
+    if base.algorithm == AR:
+        return cell.algorithm != AR
+    if base.algorithm == DFLASH:
+        return cell.algorithm == DDTREE
     return base.schedule is None and cell.schedule is not None
 
 

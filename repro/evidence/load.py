@@ -54,7 +54,7 @@ class Job:
 
 def request_id(cell: Cell, session: str, index: int) -> str:
     """The id a measured request is sent with: ``PROMPTS/SESSION-CELL-INDEX``. An acceptance
-    recording keys its rounds by it (the prompt set before the ``/``, :func:`repro.tuning.recording.prompts_of`),
+    recording keys its rounds by it (the prompt set before the ``/``, :func:`repro.recording.prompts_of`),
     so `repro tune` keeps only the rounds of the cells it analyses (not warm-up, not another T)."""
     digest = hashlib.sha256(cell.key.encode()).hexdigest()[:10]
     return f"{cell.prompts.replace('/', '_')}/{session[:12]}-{digest}-{index}"

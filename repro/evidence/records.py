@@ -10,12 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from repro.algorithms import ALGORITHMS, budgeted
 from repro.errors import UsageError
 from repro.files import is_finite_number
 from repro.schedule import BudgetSchedule
 
 OPTIONAL_CELL_FIELDS = ("schedule", "request_rate", "api")
-ALGORITHM_ORDER = {"AR": 0, "DFLASH": 1, "DDTREE": 2}
+ALGORITHM_ORDER = {name: i for i, name in enumerate(ALGORITHMS)}
 APIS = ("native", "openai")  # what `repro bench --api` measures through; a cell records all but native
 KINDS = ("run", "server", "request", "tune")  # tune: `repro tune`'s result, read by `repro report`
 
@@ -113,10 +114,10 @@ def _check_cell(cell: Any, fail: Callable[[str], None]) -> None:
         if key in cell and not ok(cell[key]):
             fail(f"key 'cell.{key}' must be {expected} (got {cell[key]!r:.60})")
     scheduled = cell.get("schedule") is not None
-    if (cell["algorithm"] == "DDTREE" and not scheduled) != (cell["budget"] is not None):
+    if (budgeted(cell["algorithm"]) and not scheduled) != (cell["budget"] is not None):
         fail(f"key 'cell.budget' must be set for DDTREE without a schedule and only then (got {cell['budget']!r} "
              f"for {cell['algorithm']})")
-    if scheduled and cell["algorithm"] != "DDTREE":
+    if scheduled and not budgeted(cell["algorithm"]):
         fail(f"key 'cell.schedule' must be null for {cell['algorithm']} (got {cell['schedule']!r:.40})")
 
 

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from repro.algorithms import AR, DDTREE, DFLASH, budgeted
 from repro.errors import UsageError
 from repro.evidence import intervals
 from repro.evidence.latency import Samples, Spread, e2e_s, itl_s, rate_text, samples
@@ -51,9 +52,9 @@ class Cell:
     @property
     def label(self) -> str:
         """The algorithm, with the budget or schedule for DDTREE (``"DDTREE B=16"``, ``"DDTREE S=1:63,16:15"``)."""
-        if self.algorithm != "DDTREE":
+        if not budgeted(self.algorithm):
             return self.algorithm
-        return f"DDTREE S={self.schedule}" if self.schedule is not None else f"DDTREE B={self.budget}"
+        return f"{self.algorithm} S={self.schedule}" if self.schedule is not None else f"{self.algorithm} B={self.budget}"
 
     @property
     def load(self) -> str:
@@ -256,13 +257,13 @@ def summarize(records: Iterable[dict[str, Any]]) -> list[CellSummary]:
     pooled = {s.cell.key: s for s in summaries}
     in_session = _session_tok_s(by_cell, cells)
     for s in summaries:
-        ar = replace(s.cell, algorithm="AR", budget=None, schedule=None).key
-        dflash = replace(s.cell, algorithm="DFLASH", budget=None, schedule=None).key
+        ar = replace(s.cell, algorithm=AR, budget=None, schedule=None).key
+        dflash = replace(s.cell, algorithm=DFLASH, budget=None, schedule=None).key
         dflash_over_ar = _side_by_side(dflash, ar, in_session)
         through = (dflash, dflash_over_ar) if dflash_over_ar else None
         s.speedup = _either(_side_by_side(s.cell.key, ar, in_session, through=through), s, pooled.get(ar))
         s.speedup_interval = _interval(s, s.speedup, pooled.get(ar))
-        if s.cell.algorithm == "DDTREE":
+        if s.cell.algorithm == DDTREE:
             s.over_dflash = _either(_side_by_side(s.cell.key, dflash, in_session), s, pooled.get(dflash))
             s.over_dflash_interval = _interval(s, s.over_dflash, pooled.get(dflash))
     return summaries
