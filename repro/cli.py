@@ -46,7 +46,7 @@ VERBS: dict[str, Verb] = {
     "cubins": Verb("repro.stack.cubins", "list the GPU architectures the sglang-kernel libraries carry code for"),
     "serve": Verb("repro.serving.serve", "run SGLang for a deployment profile on 127.0.0.1 until Ctrl-C"),
     "bench": Verb("repro.evidence.bench", "benchmark AR vs DFLASH vs DDTREE (and TP vs EP) against SGLang from profiles"),
-    "report": Verb("repro.evidence.report",
+    "report": Verb("repro.handoff.report",
                    "write the Markdown/JSON/PNG handoff report from bench results and verify tiers"),
     "topology": Verb("repro.topology",
                      "TP8 or EP8 and which budget on this box: a cost model from one-GPU shares and measured collectives"),

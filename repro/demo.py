@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 from repro.errors import UsageError
 
 if TYPE_CHECKING:
+    from repro.recording import Recorder
     from repro.toy import ToyDrafter, ToyRound
-    from repro.tuning.recording import Recorder
 
 DEFAULT_BUDGETS = "0,1,4,16,64,256"
 
@@ -111,7 +111,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _recorder(args: argparse.Namespace, budget: int, drafter: ToyDrafter) -> Recorder:
-    from repro.tuning.recording import Recorder
+    from repro.recording import Recorder
 
     config = {"engine": "toy", "seed": args.seed, "batch": args.batch, "temperature": args.temperature,
               "vocab": drafter.target.vocab, "noise": drafter.noise}

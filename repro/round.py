@@ -179,7 +179,7 @@ class DraftTail:
     ) -> Drafted:
         """The whole tail: ``roots`` [bs] are the bonus tokens, ``prefix_lens`` [bs] committed lengths;
         ``rank0_out`` [>= bs, L] int64, when given, receives each depth's rank-0 token (what an
-        acceptance recording needs for the DFLASH chain, ``repro.tuning.recording``)."""
+        acceptance recording needs for the DFLASH chain, ``repro.recording``)."""
         top = self.topk(logits, id_offset=id_offset, all_gather=all_gather)
         if rank0_out is not None:
             rank0_out[: top.ids.shape[0]].copy_(top.ids[..., 0])

@@ -5,13 +5,16 @@ from __future__ import annotations
 import collections
 import json
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from repro.evidence.results import read_records
-from verify.fake_sglang import REPO, make_models, write_profiles
+from repro.serving.sglang_client import Client
+from repro.serving.sglang_server import free_port
+from verify.fake_sglang import REPO, make_models, subprocess_env, write_profiles
 
 FAST = {"sglang": {"fake-step-ms": 3}}
 
@@ -60,3 +63,21 @@ def check_complete(path: Path, expected: int) -> None:
         json.loads(line)
     seen = requests_of(path)
     assert len(seen) == len(set(seen)) == expected, collections.Counter(seen).most_common(2)
+
+
+def fake_server(root: Path, *args: str) -> tuple[subprocess.Popen[bytes], str]:
+    """A healthy fake server of ``root``'s test models on a free port with ``args`` (the caller kills
+    it), and its URL."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "verify.fake_sglang", "--model-path", str(root / "models" / "target"),
+         "--port", str(port), "--fake-startup-s", "0", "--fake-step-ms", "2", "--fake-max-lifetime-s", "60", *args],
+        env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 20
+    while not Client(url).healthy(timeout=1):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail("the fake server did not start")
+        time.sleep(0.05)
+    return proc, url

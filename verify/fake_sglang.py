@@ -5,7 +5,10 @@ ignored). It serves, on 127.0.0.1 only, the part of SGLang 0.5.17's native API t
 ``GET /health`` (503 while "starting", then 200), ``GET /server_info`` (server args, internal
 states, version), ``POST /generate`` with ``input_ids`` or ``text``, ``sampling_params`` and
 ``stream`` (Server-Sent Events ``data: {...}`` per decode round, then ``data: [DONE]``), with the
-``meta_info`` fields SGLang returns, ``spec_verify_ct`` and ``spec_accept_length`` included.
+``meta_info`` fields SGLang returns, ``spec_verify_ct`` and ``spec_accept_length`` included; and
+of its OpenAI-compatible API ``GET /v1/models`` and streamed ``POST /v1/completions`` (a chunk per
+round, a cumulative ``usage`` on each with ``stream_options.continuous_usage_stats``, a last
+``usage`` chunk with ``include_usage``); ``POST /flush_cache`` counts its calls in ``/server_info``.
 
 Decoding is simulated: each round takes a fixed time and emits tau tokens on average (AR 1,
 DFLASH 3, DDTREE more with the budget), so speedups and tau are known and deterministic enough to
@@ -14,14 +17,17 @@ decoding at once, as a batch's rounds do, so open-loop latency grows with the lo
 itself after ``--fake-max-lifetime-s`` or when its parent dies.
 
 Test knobs: ``--fake-step-ms``, ``--fake-batch-cost``, ``--fake-refuse-index N`` (answer HTTP 503 to
-every request whose id ends in ``-N``, as `repro bench` numbers its requests), ``--fake-startup-s``,
-``--fake-exit-at-start CODE``, ``--fake-ignore-sigterm``, ``--fake-max-lifetime-s``;
+every request whose id ends in ``-N``, as `repro bench` numbers its requests), ``--fake-drop-index N``
+(end such a request's stream after two events, without ``[DONE]``), ``--fake-startup-s``,
+``--fake-exit-at-start CODE``, ``--fake-ignore-sigterm``, ``--fake-max-lifetime-s``,
+``--fake-no-server-info`` (404 there, as an OpenAI-compatible server that is not SGLang);
 ``$FAKE_SGLANG_PIDFILE`` receives the pid.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -56,10 +62,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--fake-step-ms", type=float, default=1.0)
     p.add_argument("--fake-batch-cost", type=float, default=0.0)
     p.add_argument("--fake-refuse-index", type=int, default=None)
+    p.add_argument("--fake-drop-index", type=int, default=None)
     p.add_argument("--fake-startup-s", type=float, default=0.2)
     p.add_argument("--fake-exit-at-start", type=int, default=None)
     p.add_argument("--fake-ignore-sigterm", action="store_true")
     p.add_argument("--fake-max-lifetime-s", type=float, default=120.0)
+    p.add_argument("--fake-no-server-info", action="store_true")
     args = p.parse_known_args(argv)[0]
     if args.speculative_ddtree_budget_schedule is not None:  # as SGLang: the budget is the schedule's largest
         args.speculative_ddtree_budget = BudgetSchedule.parse(args.speculative_ddtree_budget_schedule).max_budget
@@ -90,6 +98,7 @@ class Handler(BaseHTTPRequestHandler):
     ready_at: float
     counter = iter(range(10**9))
     decoding = 0  # requests decoding now
+    flushes = 0  # POST /flush_cache calls
     lock = threading.Lock()
 
     def log_message(self, fmt: str, *a: Any) -> None:
@@ -111,7 +120,9 @@ class Handler(BaseHTTPRequestHandler):
             self.send_response(200 if ok else 503)
             self.send_header("Content-Length", "0")
             self.end_headers()
-        elif self.path in ("/server_info", "/get_server_info"):
+        elif self.path == "/v1/models":
+            self._json(200, {"object": "list", "data": [{"id": self.args.model_path, "object": "model"}]})
+        elif self.path in ("/server_info", "/get_server_info") and not self.args.fake_no_server_info:
             a = self.args
             self._json(200, {
                 "model_path": a.model_path, "tp_size": a.tp_size, "ep_size": a.ep_size,
@@ -120,16 +131,23 @@ class Handler(BaseHTTPRequestHandler):
                 "speculative_ddtree_budget": a.speculative_ddtree_budget,
                 "speculative_ddtree_budget_schedule": a.speculative_ddtree_budget_schedule,
                 "skip_tokenizer_init": a.skip_tokenizer_init,
-                "internal_states": [{"avg_spec_accept_length": 0.0}], "version": "0.5.17-fake"})
+                "internal_states": [{"avg_spec_accept_length": 0.0}], "version": "0.5.17-fake",
+                "fake_flushes": Handler.flushes})
         else:
             self._json(404, {"detail": "Not Found"})
 
     def do_POST(self) -> None:
-        """Answer /generate, streamed or not."""
-        if self.path != "/generate":
+        """Answer /generate, streamed or not, streamed /v1/completions and /flush_cache."""
+        if self.path.partition("?")[0] == "/flush_cache":
+            Handler.flushes += 1
+            self._json(200, {"message": "Cache flushed."})
+            return
+        if self.path not in ("/generate", "/v1/completions"):
             self._json(404, {"detail": "Not Found"})
             return
         req = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+        if self.path == "/v1/completions":
+            req = _native(req)
         ids = req.get("input_ids")
         if ids is None and isinstance(req.get("text"), str):
             ids = list(req["text"].encode())
@@ -147,13 +165,20 @@ class Handler(BaseHTTPRequestHandler):
         with self.lock:
             Handler.decoding += 1
         try:
-            self._answer(self._decode(rid, ids, max_new, temperature), stream=bool(req.get("stream")))
+            rounds = self._decode(rid, ids, max_new, temperature)
+            drop = self.args.fake_drop_index is not None and rid.endswith(f"-{self.args.fake_drop_index}")
+            if drop:
+                rounds = itertools.islice(rounds, 2)
+            if "openai" in req:
+                self._answer(_chunks(rounds, req["openai"]), stream=True, drop=drop)
+            else:
+                self._answer(rounds, stream=bool(req.get("stream")), drop=drop)
         finally:
             with self.lock:
                 Handler.decoding -= 1
 
-    def _answer(self, events: Iterator[dict[str, Any]], *, stream: bool) -> None:
-        """Send the last event as JSON, or every event as Server-Sent Events."""
+    def _answer(self, events: Iterator[dict[str, Any]], *, stream: bool, drop: bool = False) -> None:
+        """Send the last event as JSON, or every event as Server-Sent Events (``drop``: without ``[DONE]``)."""
         if not stream:
             *_, last = events
             self._json(200, last)
@@ -164,7 +189,8 @@ class Handler(BaseHTTPRequestHandler):
         for event in events:
             self.wfile.write(b"data: " + json.dumps(event).encode() + b"\n\n")
             self.wfile.flush()
-        self.wfile.write(b"data: [DONE]\n\n")
+        if not drop:
+            self.wfile.write(b"data: [DONE]\n\n")
 
     def _decode(self, rid: str, ids: list[int], max_new: int, temperature: float):
         """Yield one response object per round, as SGLang streams them (cumulative ids)."""
@@ -192,6 +218,34 @@ class Handler(BaseHTTPRequestHandler):
             if done:
                 meta["e2e_latency"] = time.monotonic() - start
             yield {"text": "", "output_ids": list(out), "meta_info": meta}
+
+
+def _native(body: dict[str, Any]) -> dict[str, Any]:
+    """A /v1/completions body as the /generate one it asks for (its stream options under ``openai``)."""
+    prompt = body.get("prompt")
+    return {("text" if isinstance(prompt, str) else "input_ids"): prompt, "rid": body.get("rid"),
+            "sampling_params": {"max_new_tokens": body.get("max_tokens", 16),
+                                "temperature": body.get("temperature", 1.0)},
+            "openai": body.get("stream_options") or {}}
+
+
+def _chunks(rounds: Iterator[dict[str, Any]], options: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """/v1/completions stream chunks of /generate rounds: a word of text per new token."""
+    sent, meta = 0, {}
+    for event in rounds:
+        meta = event["meta_info"]
+        finish = meta["finish_reason"]
+        chunk: dict[str, Any] = {"id": meta["id"], "object": "text_completion", "choices": [{
+            "index": 0, "text": "".join(f" w{i}" for i in event["output_ids"][sent:]),
+            "finish_reason": finish and finish["type"]}]}
+        sent = len(event["output_ids"])
+        if options.get("continuous_usage_stats"):
+            chunk["usage"] = {"prompt_tokens": meta["prompt_tokens"], "completion_tokens": sent}
+        yield chunk
+    if options.get("include_usage"):
+        yield {"id": meta["id"], "object": "text_completion", "choices": [], "usage": {
+            "prompt_tokens": meta["prompt_tokens"], "completion_tokens": sent,
+            "total_tokens": meta["prompt_tokens"] + sent}}
 
 
 # ---- helpers for the tests that drive this server -------------------------------------------

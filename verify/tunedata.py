@@ -17,8 +17,8 @@ import torch
 
 from repro.ddtree import ChainFields
 from repro.evidence.results import Cell
+from repro.recording import Recorder
 from repro.tuning.acceptance import budget_taus, read_recordings
-from repro.tuning.recording import Recorder
 
 HORIZON = 15
 

@@ -8,7 +8,12 @@ holds, so a crash, a dead server or ``--time-limit`` costs nothing but a rerun; 
 whose cells were measured with another server command, models, prompts (``repro.evidence.runconfig``)
 or arrival seed.
 ``--url`` measures a server that is already running instead (its algorithm is read from
-``/server_info``). ``--interleave`` starts every server at once and measures them in turns, one
+``/server_info``). ``--api openai`` sends the same requests through the OpenAI-compatible
+``/v1/completions`` (:mod:`repro.serving.openai_client`), its cells recorded apart (``Cell.api``);
+against a ``--url`` server without SGLang's ``/server_info`` the profile's algorithm labels them.
+``--flush-cache`` empties the server's prefix cache before each cell, as ``bench_serving
+--flush-cache`` does, so cells over the same prompts all start cold.
+``--interleave`` starts every server at once and measures them in turns, one
 wave of ``c`` requests each per turn, the first of a turn rotating: a shared host's slow swings
 then fall on every algorithm alike, so same-run ratios hold (each cell's throughput counts only
 its own turns' wall time; an open-loop cell is one turn). Every input is checked before the
@@ -26,6 +31,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from repro.algorithms import ALGORITHMS, DDTREE, budgeted
 from repro.argtypes import NONNEGATIVE_INT, PORT, POSITIVE_INT, SECONDS, comma_list, number
 from repro.errors import ReproError, UsageError
 from repro.evidence import runconfig
@@ -33,6 +39,7 @@ from repro.evidence.compare import RATIO_HEADERS, latency_ratios, ratio_rows
 from repro.evidence.latency import LATENCY_HEADERS, SPREAD_NOTE, latency_rows
 from repro.evidence.load import Job, Progress, Runner, check_arrivals, warm_up
 from repro.evidence.prompts import PromptSet, load_prompts, request_input, vocab_size
+from repro.evidence.records import APIS
 from repro.evidence.results import (
     HEADERS,
     Cell,
@@ -45,7 +52,8 @@ from repro.evidence.results import (
     table_rows,
 )
 from repro.schedule import BudgetSchedule
-from repro.serving.profiles import ALGORITHMS, Profile, load_profiles, model_path, models_dir
+from repro.serving.openai_client import OpenAIClient
+from repro.serving.profiles import Profile, load_profiles, model_path, models_dir
 from repro.serving.sglang_client import Client, parse_url
 from repro.serving.sglang_server import SGLangServer, check_models, free_port, sigterm_as_interrupt
 
@@ -103,6 +111,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--time-limit", type=SECONDS, default=None, metavar="S",
                         help=f"stop starting work after S seconds (exit {INCOMPLETE}; then --resume)")
     parser.add_argument("--url", type=_url, help="bench this running server (one PROFILE) instead")
+    parser.add_argument("--api", choices=APIS, default="native",
+                        help="native: SGLang's /generate (default); openai: /v1/completions, streamed")
+    parser.add_argument("--flush-cache", action="store_true",
+                        help="empty the server's prefix cache (POST /flush_cache) before each cell")
     parser.add_argument("--interleave", action="store_true",
                         help="start every server at once and measure them in turns of one wave "
                              "(c requests) each, so a noisy host's swings fall on all alike; each "
@@ -152,32 +164,37 @@ def _variants(profile: Profile, algorithms: list[str], budgets: list[int], sched
     the profile's own)."""
     out = []
     for algorithm in algorithms:
-        if algorithm != "DDTREE":
+        if not budgeted(algorithm):
             out.append(profile.with_algorithm(algorithm))
             continue
         if not budgets and not schedules and profile.budget is None and not profile.budget_schedule:
             msg = f"--budgets or --schedules is needed: profile {profile.name!r} sets no budget"
             raise UsageError(msg)
         if not budgets and not schedules:
-            out.append(profile.with_algorithm("DDTREE"))
-        out += [profile.with_algorithm("DDTREE", b) for b in budgets]
-        out += [profile.with_algorithm("DDTREE", schedule=s) for s in schedules]
+            out.append(profile.with_algorithm(DDTREE))
+        out += [profile.with_algorithm(DDTREE, b) for b in budgets]
+        out += [profile.with_algorithm(DDTREE, schedule=s) for s in schedules]
     return out
 
 
-def _inputs(prompt_set: PromptSet, profile: Profile, root: Path,
-            args: argparse.Namespace) -> list[dict[str, Any]]:
+def request_inputs(prompt_set: PromptSet, profile: Profile, root: Path, max_tokens: int) -> list[dict[str, Any]]:
     """The input part of every request body, as this profile's server takes it."""
     needs_vocab = profile.tokenizer == "none" and any(p.ids is None for p in prompt_set.prompts)
     vocab = vocab_size(model_path(profile.model, root)) if needs_vocab else None
-    return [request_input(p, tokenizer=profile.tokenizer, vocab_size=vocab,
-                          max_tokens=args.max_prompt_tokens) for p in prompt_set.prompts]
+    return [request_input(p, tokenizer=profile.tokenizer, vocab_size=vocab, max_tokens=max_tokens)
+            for p in prompt_set.prompts]
+
+
+def api_client(args: argparse.Namespace, url: str) -> Client:
+    """The client that measures the server at ``url`` through ``--api``."""
+    return (OpenAIClient if args.api == "openai" else Client)(url, timeout=args.request_timeout)
 
 
 def _cells(profile: Profile, prompt_set: PromptSet, args: argparse.Namespace) -> list[Cell]:
     """Closed-loop cells at every concurrency, then open-loop ones at every request rate, per temperature."""
     return [Cell(profile.name, profile.algorithm, profile.budget, c, t, prompt_set.name, args.max_new_tokens,
-                 schedule=profile.budget_schedule, request_rate=rate) for t in args.temperatures
+                 schedule=profile.budget_schedule, request_rate=rate, api=None if args.api == "native" else args.api)
+            for t in args.temperatures
             for c, rate in [(c, None) for c in args.concurrency] + [(args.max_concurrency, r) for r in args.request_rate]]
 
 
@@ -192,7 +209,7 @@ def _jobs(profiles: list[Profile], root: Path, prompt_set: PromptSet,
     jobs = []
     for variant in (v for p in profiles for v in _variants(p, args.algorithms, args.budgets, args.schedules)):
         check_models(variant, root)
-        inputs = _inputs(prompt_set, variant, root, args)
+        inputs = request_inputs(prompt_set, variant, root, args.max_prompt_tokens)
         jobs.append(Job(variant, _cells(variant, prompt_set, args), inputs,
                         runconfig.managed(variant, root, inputs)))
     return jobs
@@ -239,10 +256,19 @@ def _check_shared_memory(jobs: list[Job]) -> None:
 
 def _url_job(client: Client, profile: Profile, root: Path, prompt_set: PromptSet,
              args: argparse.Namespace) -> Job:
-    """The job of a running server, labelled with what its ``/server_info`` says it serves."""
-    info = client.server_info()
-    profile = runconfig.from_server_info(profile, info)
-    inputs = _inputs(prompt_set, profile, root, args)
+    """The job of a running server, labelled with what its ``/server_info`` says it serves (an
+    OpenAI-compatible server without one: with the profile's algorithm, saying so)."""
+    try:
+        info = client.server_info()
+    except ReproError as exc:
+        if args.api == "native":
+            raise
+        print(f"bench: note: {exc}; the cells are labelled {profile.label} from profile {profile.name}, "
+              f"not read from the server", file=sys.stderr)
+        info = {}
+    else:
+        profile = runconfig.from_server_info(profile, info)
+    inputs = request_inputs(prompt_set, profile, root, args.max_prompt_tokens)
     return Job(profile, _cells(profile, prompt_set, args), inputs,
                runconfig.running(info, inputs), info)
 
@@ -259,7 +285,7 @@ def main(args: argparse.Namespace) -> int:
     root = models_dir(args.models_dir)
     prompt_set = load_prompts(args.prompts)
     records = existing_records(args.output, resume=args.resume)
-    client = Client(args.url, timeout=args.request_timeout) if args.url else None
+    client = api_client(args, args.url) if args.url else None
     jobs = [_url_job(client, profiles[0], root, prompt_set, args)] if client else \
         _jobs(profiles, root, prompt_set, args)
     runconfig.check_resumable(records, {c.key: (c, job.config) for job in jobs for c in job.cells},
@@ -275,7 +301,7 @@ def main(args: argparse.Namespace) -> int:
     deadline = time.monotonic() + args.time_limit if args.time_limit else None
     writer = ResultsWriter(args.output, resume=args.resume)
     runner = Runner(writer, session, Progress(len(work), sum(1 for w in work if w in done)),
-                    deadline, args.seed)
+                    deadline, args.seed, flush=args.flush_cache)
     try:
         with sigterm_as_interrupt():
             writer.append(runconfig.run_record(session, profiles))
@@ -328,7 +354,7 @@ def _ready(runner: Runner, job: Job, server: SGLangServer, args: argparse.Namesp
                           "label": job.profile.label, "start_s": took, "config": job.config,
                           "server_info": server.client.server_info()})
     try:
-        warm_up(server.client, job, args.warmup, _widths(args), args.num_prompts)
+        warm_up(api_client(args, server.url), job, args.warmup, _widths(args), args.num_prompts)
     except ReproError as exc:
         msg = f"failed its warm-up request: {exc}"
         raise server.failure(msg) from None
@@ -354,7 +380,7 @@ def _bench_server(runner: Runner, job: Job, root: Path, args: argparse.Namespace
         _ready(runner, job, server, args)
         for cell, indices in todo.items():
             if indices and not runner.stopped:
-                runner.run_cell(server.client, job, cell, indices, server)
+                runner.run_cell(api_client(args, server.url), job, cell, indices, server)
 
 
 def _ports(count: int, first: int | None) -> list[int]:
@@ -391,7 +417,7 @@ def _bench_interleaved(runner: Runner, work: list[tuple[Job, dict[Cell, list[int
             for turn in range(max(len(lane[3]) for lane in lanes)):
                 for job, server, cell, waves in lanes[turn % len(lanes):] + lanes[: turn % len(lanes)]:
                     if turn < len(waves) and not runner.stopped:
-                        runner.run_cell(server.client, job, cell, waves[turn], server, turn=turn)
+                        runner.run_cell(api_client(args, server.url), job, cell, waves[turn], server, turn=turn)
 
 
 def _bench_url(runner: Runner, client: Client, job: Job, args: argparse.Namespace,

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from repro.algorithms import AR, DDTREE, DFLASH
 from repro.evidence import intervals
 from repro.evidence.intervals import Ratio, Statistic
 from repro.evidence.latency import rate_text
@@ -44,16 +45,17 @@ class LatencyRatio:
 
 def _is_baseline(base: Cell, cell: Cell) -> bool:
     """AR for every other algorithm, DFLASH for DDTREE, a fixed-budget DDTREE cell for a schedule."""
-    if base.algorithm == "AR":
-        return cell.algorithm != "AR"
-    if base.algorithm == "DFLASH":
-        return cell.algorithm == "DDTREE"
+    if base.algorithm == AR:
+        return cell.algorithm != AR
+    if base.algorithm == DFLASH:
+        return cell.algorithm == DDTREE
     return base.schedule is None and cell.schedule is not None
 
 
 def _load(cell: Cell) -> tuple[Any, ...]:
     """What two cells must share to be compared: all but the algorithm and budget (or schedule)."""
-    return (cell.profile, cell.prompts, cell.temperature, cell.max_new_tokens, cell.request_rate, cell.concurrency)
+    return (cell.profile, cell.prompts, cell.temperature, cell.max_new_tokens, cell.request_rate, cell.concurrency,
+            cell.api)
 
 
 def latency_ratios(summaries: Iterable[CellSummary]) -> list[LatencyRatio]:
@@ -68,7 +70,7 @@ def latency_ratios(summaries: Iterable[CellSummary]) -> list[LatencyRatio]:
 
 def ratio_rows(ratios: Iterable[LatencyRatio]) -> list[list[str]]:
     """Rows of :data:`RATIO_HEADERS`."""
-    return [[r.cell.profile, r.cell.label, r.over, str(r.cell.concurrency), rate_text(r.cell.request_rate),
+    return [[r.cell.source, r.cell.label, r.over, str(r.cell.concurrency), rate_text(r.cell.request_rate),
              f"{r.cell.temperature:g}", *("-" if x is None else x.text("x") for x in r.figures.values())]
             for r in ratios]
 

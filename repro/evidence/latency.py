@@ -80,7 +80,7 @@ def latency_rows(summaries: Iterable[Any]) -> list[list[str]]:
     def spread(s: Spread | None, digits: int = 1) -> str:
         return "-" if s is None else s.text(digits)
 
-    return [[s.cell.profile, s.cell.label, str(s.cell.concurrency), rate_text(s.cell.request_rate),
+    return [[s.cell.source, s.cell.label, str(s.cell.concurrency), rate_text(s.cell.request_rate),
              f"{s.cell.temperature:g}", str(s.requests), str(s.failed), f"{s.request_s:.2f}",
              "-" if s.in_flight is None else f"{s.in_flight:.1f}", spread(s.ttft_ms), spread(s.tpot_ms, 2),
              spread(s.itl_ms, 2), spread(s.e2e_ms)] for s in summaries]

@@ -5,8 +5,9 @@ than the cell's ``concurrency`` are in flight (one that arrives at a full cell w
 Closed loop, every request arrives at once, so ``c`` clients each send the next request when their
 last one ends. Open loop (``request_rate``), arrivals are a Poisson process drawn as SGLang's
 ``bench_serving --request-rate`` draws it: the first request at 0, then exponential gaps of mean
-1/rate from a seeded generator, so every algorithm at a rate sees the same arrivals; ``concurrency``
-caps the requests in flight as its ``--max-concurrency`` does. A request that fails (an HTTP error,
+1/rate from numpy's legacy generator seeded with ``--seed`` (so every algorithm at a rate sees the
+same arrivals, and ``bench_serving --seed`` the same ones too); ``concurrency`` caps the requests in
+flight as its ``--max-concurrency`` does. A request that fails (an HTTP error,
 a refusal, a timeout) is recorded with its error and counted, and the cell goes on; a server that
 died stops the run, with its log's tail.
 """
@@ -53,7 +54,7 @@ class Job:
 
 def request_id(cell: Cell, session: str, index: int) -> str:
     """The id a measured request is sent with: ``PROMPTS/SESSION-CELL-INDEX``. An acceptance
-    recording keys its rounds by it (the prompt set before the ``/``, :func:`repro.tuning.recording.prompts_of`),
+    recording keys its rounds by it (the prompt set before the ``/``, :func:`repro.recording.prompts_of`),
     so `repro tune` keeps only the rounds of the cells it analyses (not warm-up, not another T)."""
     digest = hashlib.sha256(cell.key.encode()).hexdigest()[:10]
     return f"{cell.prompts.replace('/', '_')}/{session[:12]}-{digest}-{index}"
@@ -61,10 +62,11 @@ def request_id(cell: Cell, session: str, index: int) -> str:
 
 def arrival_offsets(count: int, rate: float | None, seed: int) -> list[float]:
     """Seconds from a cell's first request to the arrival of each of its first ``count``: all 0 in
-    closed loop (``rate`` None), else cumulative exponential gaps of mean 1/``rate``."""
+    closed loop (``rate`` None), else cumulative exponential gaps of mean 1/``rate``, the numbers
+    ``bench_serving`` sleeps between its requests after ``np.random.seed(seed)``."""
     if rate is None:
         return [0.0] * count
-    gaps = np.random.default_rng(seed).exponential(1.0 / rate, max(count - 1, 0))
+    gaps = np.random.RandomState(seed).exponential(1.0 / rate, max(count - 1, 0))  # bench_serving's generator
     return [0.0, *np.cumsum(gaps).tolist()][:count]
 
 
@@ -122,9 +124,10 @@ class Runner:
     """Drives the cells of one server and records every request."""
 
     def __init__(self, writer: ResultsWriter, session: str, progress: Progress,
-                 deadline: float | None, seed: int) -> None:
+                 deadline: float | None, seed: int, *, flush: bool = False) -> None:
         self.writer, self.session, self.progress, self.deadline = writer, session, progress, deadline
         self.seed = seed  # of the open-loop arrivals
+        self.flush = flush  # empty the server's prefix cache before each cell (its first turn)
         self.stopped = False  # set once the time limit is reached
         self.slowest_start = 0.0  # seconds the slowest server took to become healthy
 
@@ -137,6 +140,8 @@ class Runner:
         """Send ``indices`` of ``cell`` at their arrival times (from the first of them on), at most
         ``cell.concurrency`` in flight, and record each (``turn``: which of the cell's
         ``--interleave`` turns they are, kept in each record); none is sent past the time limit."""
+        if self.flush and not turn:
+            client.flush_cache()
         offsets = arrival_offsets(max(indices) + 1, cell.request_rate, self.seed)
         run = _CellRun(threading.Semaphore(cell.concurrency), threading.Event(), [])
         origin = time.monotonic() - offsets[indices[0]]

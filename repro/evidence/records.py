@@ -10,12 +10,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from repro.algorithms import ALGORITHMS, budgeted
 from repro.errors import UsageError
 from repro.files import is_finite_number
 from repro.schedule import BudgetSchedule
 
-OPTIONAL_CELL_FIELDS = ("schedule", "request_rate")
-ALGORITHM_ORDER = {"AR": 0, "DFLASH": 1, "DDTREE": 2}
+OPTIONAL_CELL_FIELDS = ("schedule", "request_rate", "api")
+ALGORITHM_ORDER = {name: i for i, name in enumerate(ALGORITHMS)}
+APIS = ("native", "openai")  # what `repro bench --api` measures through; a cell records all but native
 KINDS = ("run", "server", "request", "tune")  # tune: `repro tune`'s result, read by `repro report`
 
 
@@ -37,6 +39,7 @@ _CELL_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "max_new_tokens": (lambda v: _is_int(v, 1), "an integer >= 1"),
     "schedule": (lambda v: v is None or _is_schedule(v), "a budget schedule (e.g. '1:63,16:15') or null"),
     "request_rate": (lambda v: v is None or (is_finite_number(v) and v > 0), "a number > 0 or null"),
+    "api": (lambda v: v is None or v in APIS[1:], f"one of {', '.join(APIS[1:])} or null (native)"),
 }
 ALWAYS, COMPLETED, OPTIONAL = "always", "completed", "optional"  # when a request record must hold a key
 _REQUEST_FIELDS: dict[str, tuple[Callable[[Any], bool], str, str]] = {  # check, expected, when required
@@ -111,10 +114,10 @@ def _check_cell(cell: Any, fail: Callable[[str], None]) -> None:
         if key in cell and not ok(cell[key]):
             fail(f"key 'cell.{key}' must be {expected} (got {cell[key]!r:.60})")
     scheduled = cell.get("schedule") is not None
-    if (cell["algorithm"] == "DDTREE" and not scheduled) != (cell["budget"] is not None):
+    if (budgeted(cell["algorithm"]) and not scheduled) != (cell["budget"] is not None):
         fail(f"key 'cell.budget' must be set for DDTREE without a schedule and only then (got {cell['budget']!r} "
              f"for {cell['algorithm']})")
-    if scheduled and cell["algorithm"] != "DDTREE":
+    if scheduled and not budgeted(cell["algorithm"]):
         fail(f"key 'cell.schedule' must be null for {cell['algorithm']} (got {cell['schedule']!r:.40})")
 
 

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from repro.algorithms import AR, DDTREE, DFLASH, budgeted
 from repro.errors import UsageError
 from repro.evidence import intervals
 from repro.evidence.latency import Samples, Spread, e2e_s, itl_s, rate_text, samples
@@ -39,6 +40,7 @@ class Cell:
     max_new_tokens: int
     schedule: str | None = None  # DDTREE with a budget schedule (repro.schedule's text); budget None then
     request_rate: float | None = None  # open loop: Poisson arrivals per second, concurrency their cap
+    api: str | None = None  # measured through: None for SGLang's native /generate, "openai" for /v1/completions
 
     @property
     def key(self) -> str:
@@ -50,14 +52,21 @@ class Cell:
     @property
     def label(self) -> str:
         """The algorithm, with the budget or schedule for DDTREE (``"DDTREE B=16"``, ``"DDTREE S=1:63,16:15"``)."""
-        if self.algorithm != "DDTREE":
+        if not budgeted(self.algorithm):
             return self.algorithm
-        return f"DDTREE S={self.schedule}" if self.schedule is not None else f"DDTREE B={self.budget}"
+        return f"{self.algorithm} S={self.schedule}" if self.schedule is not None else f"{self.algorithm} B={self.budget}"
 
     @property
     def load(self) -> str:
-        """How the cell loads its server: ``c=4`` (closed loop) or ``rate=2/s c<=16`` (open loop, capped)."""
-        return f"c={self.concurrency}" if self.request_rate is None else f"rate={self.request_rate:g}/s c<={self.concurrency}"
+        """How the cell loads its server: ``c=4`` (closed loop) or ``rate=2/s c<=16`` (open loop, capped),
+        through the API named after ``via`` where it is not the native one."""
+        load = f"c={self.concurrency}" if self.request_rate is None else f"rate={self.request_rate:g}/s c<={self.concurrency}"
+        return load + (f" via {self.api}" if self.api else "")
+
+    @property
+    def source(self) -> str:
+        """The profile, with the API where it is not the native one (``"p via openai"``): a table's profile column."""
+        return self.profile + (f" via {self.api}" if self.api else "")
 
 
 def label_order(label: str) -> tuple[int, int, str]:
@@ -248,13 +257,13 @@ def summarize(records: Iterable[dict[str, Any]]) -> list[CellSummary]:
     pooled = {s.cell.key: s for s in summaries}
     in_session = _session_tok_s(by_cell, cells)
     for s in summaries:
-        ar = replace(s.cell, algorithm="AR", budget=None, schedule=None).key
-        dflash = replace(s.cell, algorithm="DFLASH", budget=None, schedule=None).key
+        ar = replace(s.cell, algorithm=AR, budget=None, schedule=None).key
+        dflash = replace(s.cell, algorithm=DFLASH, budget=None, schedule=None).key
         dflash_over_ar = _side_by_side(dflash, ar, in_session)
         through = (dflash, dflash_over_ar) if dflash_over_ar else None
         s.speedup = _either(_side_by_side(s.cell.key, ar, in_session, through=through), s, pooled.get(ar))
         s.speedup_interval = _interval(s, s.speedup, pooled.get(ar))
-        if s.cell.algorithm == "DDTREE":
+        if s.cell.algorithm == DDTREE:
             s.over_dflash = _either(_side_by_side(s.cell.key, dflash, in_session), s, pooled.get(dflash))
             s.over_dflash_interval = _interval(s, s.over_dflash, pooled.get(dflash))
     return summaries
@@ -319,7 +328,7 @@ def _ratio_text(value: float | None, interval: tuple[float, float] | None) -> st
 
 def table_rows(summaries: Iterable[CellSummary]) -> list[list[str]]:
     """Summary rows as strings, in :data:`HEADERS` order (a ratio with its 95% interval where it has one)."""
-    return [[s.cell.profile, s.cell.label, str(s.cell.concurrency), rate_text(s.cell.request_rate),
+    return [[s.cell.source, s.cell.label, str(s.cell.concurrency), rate_text(s.cell.request_rate),
              f"{s.cell.temperature:g}", str(s.requests), _fmt(s.output_tok_s), _fmt(s.decode_tok_s), _fmt(s.tau_mean, 2),
              _fmt(s.ttft_ms and s.ttft_ms.p50), _fmt(s.itl_ms and s.itl_ms.p50, 2), _fmt(s.itl_ms and s.itl_ms.p99, 2),
              _ratio_text(s.speedup, s.speedup_interval), _ratio_text(s.over_dflash, s.over_dflash_interval)]

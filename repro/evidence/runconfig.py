@@ -23,9 +23,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from repro.algorithms import ALGORITHMS, AR, drafts
 from repro.errors import ReproError, UsageError
 from repro.evidence.results import Cell
-from repro.serving.profiles import ALGORITHMS, Profile, model_path
+from repro.serving.profiles import Profile, model_path
 from repro.serving.sglang_server import server_argv
 from repro.stack import gpuinfo
 from repro.stack.pins import fingerprint
@@ -59,7 +60,7 @@ def _model_listing(path: Path) -> dict[str, Any]:
 def managed(profile: Profile, root: Path, inputs: list[dict[str, Any]]) -> dict[str, str]:
     """The digests of a server ``repro bench`` starts for ``profile``."""
     argv = server_argv(profile, 0, Path("{models}"), python="python")
-    models = [profile.model] + ([profile.drafter] if profile.algorithm != "AR" and profile.drafter
+    models = [profile.model] + ([profile.drafter] if drafts(profile.algorithm) and profile.drafter
                                 else [])
     return {"command": digest([argv, profile.env]),
             "models": digest({m: _model_listing(model_path(m, root)) for m in models}),
@@ -101,7 +102,7 @@ def differences(recorded: Any, now: dict[str, str]) -> list[str]:
 
 def from_server_info(profile: Profile, info: dict[str, Any]) -> Profile:
     """The profile as the running server actually serves it."""
-    algorithm = info.get("speculative_algorithm") or "AR"
+    algorithm = info.get("speculative_algorithm") or AR
     budget = info.get("speculative_ddtree_budget")
     schedule = info.get("speculative_ddtree_budget_schedule")
     if not isinstance(algorithm, str) or algorithm.upper() not in ALGORITHMS:

@@ -12,8 +12,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from repro.algorithms import DDTREE
 from repro.evidence.results import CellSummary, label_order
-from repro.serving.profiles import Profile, ThresholdSet
+from repro.serving.profiles import Profile
+from repro.serving.thresholds import ThresholdSet
 
 PASS, FAIL, NOT_MEASURED, RECORDED, INCONCLUSIVE = "pass", "fail", "not measured", "recorded", "inconclusive"
 
@@ -96,16 +98,16 @@ def _profile_verdicts(profile: Profile, tset: ThresholdSet,
     at = {s.cell.algorithm: s for s in summaries
           if s.cell.profile == profile.name and s.cell.request_rate is None and s.cell.concurrency == tset.at_concurrency
           and s.cell.temperature == tset.at_temperature
-          and (s.cell.algorithm != "DDTREE" or (s.cell.budget, s.cell.schedule) == (budget, schedule))}
+          and (s.cell.algorithm != DDTREE or (s.cell.budget, s.cell.schedule) == (budget, schedule))}
     where = f"c={tset.at_concurrency} T={tset.at_temperature:g}"
     for algorithm, floor in tset.tau_floor.items():
         s = at.get(algorithm)
-        label = s.cell.label if s else (f"DDTREE {judged}" if algorithm == "DDTREE" else algorithm)
+        label = s.cell.label if s else (f"DDTREE {judged}" if algorithm == DDTREE else algorithm)
         yield _floor("tau", f"{profile.name} {label} {where}", s.tau_mean if s else None, floor,
                      tset.tau_source)
     for name, floor in tset.speedup_floor.items():
         if name == "DDTREE-over-DFLASH":
-            tree = at.get("DDTREE")
+            tree = at.get(DDTREE)
             yield _floor("DDTREE/DFLASH", f"{profile.name} {judged} {where}", tree and tree.over_dflash,
                          floor, tset.speedup_source, tree and tree.over_dflash_interval)
         else:

@@ -26,12 +26,13 @@ from typing import Any, NamedTuple
 
 import torch
 
+from repro.algorithms import DDTREE, DFLASH
 from repro.errors import UsageError
 
 ENV = "REPRO_VERIFY_ATTENTION"
 """Whose verifies the SGLang glue (patch 0007) sends here: a comma list of ``SERVED`` algorithms
 (default both: the same attention for the tree and the chain it is compared with), or ``off``."""
-SERVED = ("DDTREE", "DFLASH")
+SERVED = (DDTREE, DFLASH)
 """The speculative algorithms whose verify layout (SGLang's full-mask tree, DFLASH's causal chain)
 the project tests against this kernel."""
 BLOCK_M = 64

@@ -1,4 +1,4 @@
-"""Deployment profiles (`repro/data/profiles.toml`) and their thresholds (`thresholds.toml`).
+"""Deployment profiles (`repro/data/profiles.toml`); their thresholds are :mod:`repro.serving.thresholds`.
 
 A profile names one SGLang deployment: models, SM target, parallelism, speculative algorithm and
 the threshold set its benchmarks are judged against. Loading validates every key; a mistake is one
@@ -20,16 +20,17 @@ import dataclasses
 import os
 import re
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from repro.algorithms import ALGORITHMS, budgeted, drafts
 from repro.errors import UsageError
 from repro.files import check_name, is_finite_number, read_toml
 from repro.schedule import BudgetSchedule
+from repro.serving.table import Table, data_file, packaged
+from repro.serving.thresholds import load_thresholds
 from repro.stack.pins import Target, load_stack
 
-ALGORITHMS = ("AR", "DFLASH", "DDTREE")
 INTERCONNECTS = ("nvlink", "pcie", "mixed", "single")
 TOKENIZERS = ("model", "none")
 MOE_A2A_BACKENDS = ("none", "deepep", "mooncake", "nixl", "mori", "flashinfer", "megamoe")
@@ -98,14 +99,14 @@ class Profile:
     @property
     def label(self) -> str:
         """Algorithm with its budget or schedule, e.g. ``DDTREE B=32``, ``DDTREE S=1:63,16:15``."""
-        if self.algorithm != "DDTREE":
+        if not budgeted(self.algorithm):
             return self.algorithm
-        return f"DDTREE S={self.budget_schedule}" if self.budget_schedule else f"DDTREE B={self.budget}"
+        return f"{self.algorithm} S={self.budget_schedule}" if self.budget_schedule else f"{self.algorithm} B={self.budget}"
 
     @property
     def schedule(self) -> BudgetSchedule | None:
         """DDTREE's budget per batch size (a fixed budget B is ``1:B``); None for AR and DFLASH."""
-        if self.algorithm != "DDTREE":
+        if not budgeted(self.algorithm):
             return None
         if self.budget_schedule:
             return BudgetSchedule.parse(self.budget_schedule)
@@ -127,10 +128,10 @@ class Profile:
         if algorithm not in ALGORITHMS:
             msg = f"algorithm must be one of {', '.join(ALGORITHMS)} (got {algorithm!r})"
             raise UsageError(msg)
-        if algorithm != "AR" and not self.drafter:
+        if drafts(algorithm) and not self.drafter:
             msg = f"profile {self.name!r}: {algorithm} needs a 'drafter' key (none set)"
             raise UsageError(msg)
-        if algorithm != "DDTREE":
+        if not budgeted(algorithm):
             return dataclasses.replace(self, algorithm=algorithm, budget=None, budget_schedule=None)
         if schedule is not None:
             try:
@@ -163,31 +164,6 @@ class Profile:
         return _profile(data["name"], table, where, _stack_targets(), None)
 
 
-@dataclass(frozen=True)
-class ThresholdSet:
-    """Floors one profile is judged against; a None bound is recorded but not judged."""
-
-    name: str
-    at_concurrency: int = 1
-    at_temperature: float = 0.0
-    at_budget: int | None = None  # DDTREE's judged budget; None: the profile's own
-    tau_floor: dict[str, float] = field(default_factory=dict)
-    tau_source: str = ""
-    speedup_floor: dict[str, float] = field(default_factory=dict)
-    speedup_source: str = ""
-    tp_over_ep_min: float | None = None
-    tp_over_ep_max: float | None = None
-    tp_over_ep_source: str = ""
-
-
-def _data_file(name: str) -> Path:
-    return Path(str(resources.files("repro") / "data" / name))
-
-
-def _packaged(name: str) -> dict[str, Any]:
-    return read_toml(_data_file(name), f"repro/data/{name}")
-
-
 def _stack_targets() -> dict[str, Target]:
     """The SM targets of ``stack.toml`` (the attention-backend defaults come from there)."""
     try:
@@ -195,49 +171,6 @@ def _stack_targets() -> dict[str, Target]:
     except (OSError, ValueError) as exc:
         msg = f"stack.toml: {exc}"
         raise UsageError(msg) from None
-
-
-class _Table:
-    """Typed key access on one TOML table; every error names file, table and key."""
-
-    def __init__(self, where: str, data: dict[str, Any], allowed: set[str]) -> None:
-        self.where, self.data = where, data
-        unknown = sorted(set(data) - allowed)
-        if unknown:
-            self.fail(unknown[0], f"is not a known key (known: {', '.join(sorted(allowed))})")
-
-    def fail(self, key: str, problem: str) -> None:
-        shown = f"'{key}'" if key.isprintable() else repr(key)  # a key with a newline stays on one line
-        msg = f"{self.where}: key {shown} {problem}"
-        raise UsageError(msg)
-
-    def get(self, key: str, kind: type | tuple[type, ...], default: Any = None, *,
-            required: bool = False) -> Any:
-        if key not in self.data:
-            if required:
-                self.fail(key, "is required")
-            return default
-        value = self.data[key]
-        kinds = kind if isinstance(kind, tuple) else (kind,)
-        if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
-            names = " or ".join(k.__name__ for k in kinds)
-            self.fail(key, f"must be {names} (got {value!r})")
-        if isinstance(value, float) and not is_finite_number(value):
-            self.fail(key, f"must be a finite number (got {value!r})")
-        return value
-
-    def positive_int(self, key: str, default: int | None = None, *, required: bool = False) -> Any:
-        value = self.get(key, int, default, required=required)
-        if value is not None and value < 1:
-            self.fail(key, f"must be an integer >= 1 (got {value})")
-        return value
-
-    def choice(self, key: str, choices: tuple[str, ...], default: str | None = None, *,
-               required: bool = False) -> Any:
-        value = self.get(key, str, default, required=required)
-        if value is not None and value not in choices:
-            self.fail(key, f"must be one of {', '.join(choices)} (got {value!r})")
-        return value
 
 
 PROFILE_KEYS = {
@@ -254,7 +187,7 @@ def reserved_flag(key: str) -> str | None:
     return next((f for f in (*OWNED_SERVER_ARGS, *NETWORK_SERVER_ARGS) if f.startswith(bare)), None)
 
 
-def _check_sglang(t: _Table, sglang: dict[str, Any]) -> None:
+def _check_sglang(t: Table, sglang: dict[str, Any]) -> None:
     """Every ``sglang`` key is a plain flag name the package does not own; values are no flags."""
     scalar = (str, int, float, bool)
     for key, value in sglang.items():
@@ -288,7 +221,7 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def _check_env(t: _Table, env: dict[str, Any]) -> None:
+def _check_env(t: Table, env: dict[str, Any]) -> None:
     for key, value in env.items():
         if not _ENV_KEY.match(key):
             t.fail(f"env.{key}", "must be an environment variable name (letters, digits, '_')")
@@ -302,7 +235,7 @@ def _check_env(t: _Table, env: dict[str, Any]) -> None:
 def _profile(name: str, data: dict[str, Any], where: str, targets: dict[str, Target],  # noqa: C901 - a check per key
              threshold_sets: set[str] | None) -> Profile:
     check_name(name, f"{where}: profile name")
-    t = _Table(f"{where}: profile '{name}'", data, PROFILE_KEYS)
+    t = Table(f"{where}: profile '{name}'", data, PROFILE_KEYS)
     target = t.choice("target", tuple(targets), required=True)
     tp = t.positive_int("tp", required=True)
     ep = t.positive_int("ep", default=1)
@@ -314,12 +247,12 @@ def _profile(name: str, data: dict[str, Any], where: str, targets: dict[str, Tar
     algorithm = t.choice("algorithm", ALGORITHMS, required=True)
     budget = t.get("budget", int)
     schedule = _schedule(t)
-    if algorithm == "DDTREE" and (budget is None) == (schedule is None):
-        t.fail("budget", "or 'budget-schedule' (one of them) is required when algorithm is DDTREE")
+    if budgeted(algorithm) and (budget is None) == (schedule is None):
+        t.fail("budget", f"or 'budget-schedule' (one of them) is required when algorithm is {algorithm}")
     if budget is not None and budget < 0:
         t.fail("budget", f"must be an integer >= 0 (got {budget})")
     drafter = t.get("drafter", str)
-    if algorithm != "AR" and not drafter:
+    if drafts(algorithm) and not drafter:
         t.fail("drafter", f"is required when algorithm is {algorithm}")
     graph_bs = t.get("cuda-graph-bs", list, default=[])
     if any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in graph_bs) or \
@@ -353,8 +286,8 @@ def _profile(name: str, data: dict[str, Any], where: str, targets: dict[str, Tar
         description=t.get("description", str, ""), machine=t.get("machine", str, ""),
         interconnect=t.choice("interconnect", INTERCONNECTS, default="nvlink"),
         drafter=drafter, ep=ep, moe_a2a_backend=a2a,
-        budget=budget if algorithm == "DDTREE" else None,
-        budget_schedule=schedule.text if algorithm == "DDTREE" and schedule is not None else None,
+        budget=budget if budgeted(algorithm) else None,
+        budget_schedule=schedule.text if budgeted(algorithm) and schedule is not None else None,
         cuda_graph_bs=tuple(graph_bs),
         cuda_graph_max_tokens=graph_tokens,
         tokenizer=t.choice("tokenizer", TOKENIZERS, default="model"),
@@ -364,7 +297,7 @@ def _profile(name: str, data: dict[str, Any], where: str, targets: dict[str, Tar
     )
 
 
-def _schedule(t: _Table) -> BudgetSchedule | None:
+def _schedule(t: Table) -> BudgetSchedule | None:
     """The ``budget-schedule`` key: a table ``{ 1 = 63, 16 = 15 }`` or its text ``"1:63,16:15"``."""
     value = t.get("budget-schedule", (dict, str))
     if value is None:
@@ -379,9 +312,9 @@ def _schedule(t: _Table) -> BudgetSchedule | None:
 def load_profiles(path: str | Path | None = None,
                   thresholds_path: str | Path | None = None) -> dict[str, Profile]:
     """Every profile of ``path`` (default: the packaged ``profiles.toml``), validated."""
-    data = read_toml(Path(path), "--profile-file") if path else _packaged("profiles.toml")
-    path = Path(path) if path else _data_file("profiles.toml")
-    top = _Table(str(path), data, {"profiles"})
+    data = read_toml(Path(path), "--profile-file") if path else packaged("profiles.toml")
+    path = Path(path) if path else data_file("profiles.toml")
+    top = Table(str(path), data, {"profiles"})
     tables = top.get("profiles", dict, required=True)
     sets = set(load_thresholds(thresholds_path))
     targets = _stack_targets()
@@ -400,51 +333,6 @@ def get_profile(name: str, path: str | Path | None = None) -> Profile:
         msg = f"PROFILE must be one of {', '.join(profiles)} (got {name!r})"
         raise UsageError(msg)
     return profiles[name]
-
-
-def _floor_table(t: _Table, key: str) -> tuple[dict[str, float], str]:
-    table = t.get(key, dict, default=None)
-    if table is None:
-        return {}, ""
-    sub = _Table(f"{t.where}.{key}", table, {*ALGORITHMS, "DDTREE-over-DFLASH", "source"})
-    source = sub.get("source", str, required=True)
-    floors = {k: float(sub.get(k, (int, float))) for k in table if k != "source"}
-    return floors, source
-
-
-def load_thresholds(path: str | Path | None = None) -> dict[str, ThresholdSet]:
-    """Every ``[sets.*]`` table of ``path`` (default: the packaged ``thresholds.toml``)."""
-    data = read_toml(Path(path), "--thresholds-file") if path else _packaged("thresholds.toml")
-    path = Path(path) if path else _data_file("thresholds.toml")
-    top = _Table(str(path), data, {"sets", "stats"})
-    sets = top.get("sets", dict, required=True)
-    result = {}
-    for name, table in sets.items():
-        if not isinstance(table, dict):
-            top.fail(f"sets.{name}", f"must be a table (got {table!r})")
-        t = _Table(f"{path}: set '{name}'", table, {"at", "tau-floor", "speedup-floor",
-                                                      "tp-over-ep"})
-        at = _Table(f"{path}: set '{name}'.at", t.get("at", dict, default={}),
-                    {"concurrency", "temperature", "budget"})
-        tau, tau_source = _floor_table(t, "tau-floor")
-        speedup, speedup_source = _floor_table(t, "speedup-floor")
-        ratio = t.get("tp-over-ep", dict, default=None)
-        ratio_t = _Table(f"{path}: set '{name}'.tp-over-ep", ratio or {}, {"min", "max", "source"})
-        lo, hi = ratio_t.get("min", (int, float)), ratio_t.get("max", (int, float))
-        temperature = at.get("temperature", (int, float), default=0.0)
-        if temperature < 0:
-            at.fail("temperature", f"must be >= 0 (got {temperature})")
-        result[name] = ThresholdSet(
-            name=name, at_concurrency=at.positive_int("concurrency", default=1),
-            at_temperature=float(temperature),
-            at_budget=at.positive_int("budget"),
-            tau_floor=tau, tau_source=tau_source, speedup_floor=speedup,
-            speedup_source=speedup_source,
-            tp_over_ep_min=None if lo is None else float(lo),
-            tp_over_ep_max=None if hi is None else float(hi),
-            tp_over_ep_source=ratio_t.get("source", str, "", required=ratio is not None),
-        )
-    return result
 
 
 def models_dir(arg: str | Path | None = None) -> Path:

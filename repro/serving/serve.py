@@ -13,6 +13,7 @@ import sys
 import threading
 from pathlib import Path
 
+from repro.algorithms import budgeted
 from repro.argtypes import NONNEGATIVE_INT, PORT, SECONDS
 from repro.errors import UsageError
 from repro.serving.profiles import get_profile, models_dir
@@ -58,7 +59,7 @@ def main(args: argparse.Namespace) -> int:
     profile = get_profile(args.profile, args.profile_file)
     if args.algorithm or args.budget is not None or args.budget_schedule is not None:
         profile = profile.with_algorithm(args.algorithm or profile.algorithm, args.budget, args.budget_schedule)
-        if profile.algorithm != "DDTREE" and (args.budget is not None or args.budget_schedule is not None):
+        if not budgeted(profile.algorithm) and (args.budget is not None or args.budget_schedule is not None):
             flag = "--budget" if args.budget is not None else "--budget-schedule"
             msg = f"{flag} is DDTREE's (the server would run {profile.algorithm})"
             raise UsageError(msg)

@@ -1,4 +1,5 @@
-"""A small HTTP client for SGLang's native API: ``/health``, ``/server_info``, streamed ``/generate``.
+"""A small HTTP client for SGLang's native API: ``/health``, ``/server_info``, ``/flush_cache``,
+streamed ``/generate``.
 
 Standard library only (the GPU host has no `requests` guarantee) and loopback only: it never reads
 proxy settings. A streamed ``/generate`` answers Server-Sent Events, ``data: {json}`` per decode
@@ -11,8 +12,9 @@ from __future__ import annotations
 import http.client
 import json
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any
 from urllib.parse import urlsplit
 
 from repro.errors import ReproError, UsageError
@@ -56,7 +58,7 @@ def parse_url(url: str) -> tuple[str, int]:
     return parts.hostname, port
 
 
-def _json_object(body: bytes, what: str) -> dict[str, Any]:
+def json_object(body: bytes, what: str) -> dict[str, Any]:
     """``body`` as a JSON object; a ReproError quoting it otherwise (a proxy's HTML page, ...)."""
     try:
         data = parse_json(body.decode())
@@ -106,50 +108,77 @@ class Client:
         if status != 200:
             msg = f"GET {self.url}/server_info returned HTTP {status}: {body[:200]!r}"
             raise ReproError(msg)
-        return _json_object(body, f"GET {self.url}/server_info")
+        return json_object(body, f"GET {self.url}/server_info")
+
+    def flush_cache(self, timeout: float = 60.0) -> None:
+        """Empty the server's prefix cache (SGLang's ``/flush_cache``, which waits up to ``timeout``
+        seconds for the requests still running to end: it flushes only an idle server)."""
+        conn = self._connect(timeout + 30)
+        try:
+            conn.request("POST", f"/flush_cache?timeout={timeout:g}")
+            resp = conn.getresponse()
+            status, body = resp.status, resp.read(300)
+        except _NET_ERRORS as exc:
+            msg = f"POST {self.url}/flush_cache failed: {exc}"
+            raise ReproError(msg) from None
+        finally:
+            conn.close()
+        if status != 200:
+            msg = f"POST {self.url}/flush_cache returned HTTP {status}: {body!r}"
+            raise ReproError(msg)
 
     def generate(self, payload: dict[str, Any]) -> Completion:
         """Send one streamed ``/generate`` request and time it; any failure is a ReproError."""
-        body = json.dumps({**payload, "stream": True}).encode()
+        return self.stream("/generate", {**payload, "stream": True}, _fold_generate)
+
+    def stream(self, path: str, body: dict[str, Any],
+               fold: Callable[[Iterator[dict[str, Any]], float], Completion]) -> Completion:
+        """POST ``body`` to ``path`` and ``fold`` its event stream (and the send time) into a
+        :class:`Completion`; any failure is a ReproError."""
         conn = self._connect()
         start = time.perf_counter()
         try:
-            conn.request("POST", "/generate", body, {"Content-Type": "application/json"})
+            conn.request("POST", path, json.dumps(body).encode(), {"Content-Type": "application/json"})
             resp = conn.getresponse()
             if resp.status != 200:
-                msg = (
-                    f"POST {self.url}/generate returned HTTP {resp.status}: "
-                    f"{resp.read(300)!r}"
-                )
+                msg = f"POST {self.url}{path} returned HTTP {resp.status}: {resp.read(300)!r}"
                 raise ReproError(msg)
-            return _read_stream(resp, start)
+            return fold(events(resp, path), start)
         except _NET_ERRORS as exc:
-            msg = f"POST {self.url}/generate failed: {type(exc).__name__}: {exc}"
+            msg = f"POST {self.url}{path} failed: {type(exc).__name__}: {exc}"
             raise ReproError(msg) from None
         finally:
             conn.close()
 
 
-def _read_stream(resp: http.client.HTTPResponse, start: float) -> Completion:
-    """Fold the event stream into a :class:`Completion`."""
-    meta: dict[str, Any] = {}
-    tokens, ttft, last = 0, None, start
-    chunks: list[tuple[float, int]] = []
+def events(resp: IO[bytes], what: str) -> Iterator[dict[str, Any]]:
+    """The JSON objects of a Server-Sent Events stream (``data: {json}`` lines) up to ``data:
+    [DONE]``; a ReproError for a stream that ends before it, an event that is not a JSON object,
+    or an error event (``{"error": ...}``)."""
     while True:
         line = resp.readline()
         if not line:
-            msg = "the /generate stream ended before [DONE] (did the server die?)"
+            msg = f"the {what} stream ended before [DONE] (did the server die?)"
             raise ReproError(msg)
         line = line.strip()
         if not line.startswith(b"data:"):
             continue
         data = line[5:].strip()
         if data == b"[DONE]":
-            break
-        event = _json_object(data, "/generate")
+            return
+        event = json_object(data, what)
         if "error" in event:
-            msg = f"/generate answered an error: {event['error']}"
+            msg = f"{what} answered an error: {event['error']}"
             raise ReproError(msg)
+        yield event
+
+
+def _fold_generate(stream: Iterator[dict[str, Any]], start: float) -> Completion:
+    """Fold a ``/generate`` event stream into a :class:`Completion`."""
+    meta: dict[str, Any] = {}
+    tokens, ttft, last = 0, None, start
+    chunks: list[tuple[float, int]] = []
+    for event in stream:
         meta = event.get("meta_info") or {}
         if not isinstance(meta, dict):
             msg = f"/generate answered meta_info = {meta!r:.60} (expected a JSON object)"

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Self
 
+from repro.algorithms import algorithm, budgeted, drafts
 from repro.errors import ReproError, UsageError
 from repro.serving.profiles import Profile, model_path, reserved_flag
 from repro.serving.sglang_client import Client
@@ -49,14 +50,15 @@ def server_argv(profile: Profile, port: int, models_root: Path,
         argv += ["--ep-size", str(profile.ep)]
     if profile.moe_a2a_backend != "none":
         argv += ["--moe-a2a-backend", profile.moe_a2a_backend]
-    if profile.algorithm != "AR":
+    speculative = algorithm(profile.algorithm).sglang
+    if speculative is not None:
         assert profile.drafter, "validated by repro.serving.profiles"
-        argv += ["--speculative-algorithm", profile.algorithm,
+        argv += ["--speculative-algorithm", speculative,
                  "--speculative-draft-model-path", str(model_path(profile.drafter, models_root)),
                  "--speculative-draft-attention-backend", profile.draft_attention_backend]
-    if profile.algorithm == "DDTREE" and profile.budget_schedule:
+    if budgeted(profile.algorithm) and profile.budget_schedule:
         argv += ["--speculative-ddtree-budget-schedule", profile.budget_schedule]
-    elif profile.algorithm == "DDTREE":
+    elif budgeted(profile.algorithm):
         argv += ["--speculative-ddtree-budget", str(profile.budget)]
     if profile.graph_bs:
         argv += ["--cuda-graph-backend-decode", "full",
@@ -67,7 +69,7 @@ def server_argv(profile: Profile, port: int, models_root: Path,
         argv += ["--skip-tokenizer-init"]
     if profile.load_format != "auto":
         argv += ["--load-format", profile.load_format]
-        if profile.algorithm != "AR":
+        if drafts(profile.algorithm):
             argv += ["--speculative-draft-load-format", profile.load_format]
     return argv + _profile_flags(profile)
 
@@ -94,7 +96,7 @@ def server_env(profile: Profile, models_root: Path) -> dict[str, str]:
 def check_models(profile: Profile, models_root: Path) -> None:
     """Raise a UsageError naming the first model directory or env file of ``profile`` missing."""
     needed = [("model", profile.model)]
-    if profile.algorithm != "AR" and profile.drafter:
+    if drafts(profile.algorithm) and profile.drafter:
         needed.append(("drafter", profile.drafter))
     for key, value in needed:
         path = model_path(value, models_root)

@@ -64,6 +64,12 @@ class BudgetState:
         return verify_mask.buffer
 
 
+def server_schedule(server_args: Any) -> BudgetSchedule:
+    """The server's budget schedule: ``--speculative-ddtree-budget-schedule``, else ``1:B``."""
+    text = getattr(server_args, "speculative_ddtree_budget_schedule", None)
+    return BudgetSchedule.parse(text) if text else BudgetSchedule.fixed(int(server_args.speculative_ddtree_budget))
+
+
 class BudgetStates:
     """One :class:`BudgetState` per budget the schedule can route to, and the routing."""
 

@@ -188,8 +188,8 @@ def tree_tokens(model: FullSizeModel, budgets: list[int], prompts: list[list[int
     A tree's nodes at one depth share that position's best tokens, so its B + 1 tokens repeat.
     """
     from repro.ddtree import build_trees
-    from repro.sglang_glue.hook_profiles import named_profile
-    from repro.sglang_glue.test_hook import DrafterTestHook
+    from repro.drafter_hook.hook import DrafterTestHook
+    from repro.drafter_hook.profiles import named_profile
 
     cfg = model.target
     hook = DrafterTestHook.build(successor_table(planted_ranked(cfg["hidden_size"], model.seed), cfg["vocab_size"]),

@@ -108,12 +108,12 @@ def write_hook(
     seed: int = 0,
     profile: str | None = None,
 ) -> None:
-    """The drafter test-hook file for a planted target (format: repro.sglang_glue.test_hook).
+    """The drafter test-hook file for a planted target (format: repro.drafter_hook.hook).
 
     ``profile`` names a profile of repro/data/drafter_profiles.toml; the file then carries its
     table inline (it reads the same wherever it is loaded) instead of ``rank_probs``.
     """
-    from repro.sglang_glue.hook_profiles import named_profile
+    from repro.drafter_hook.profiles import named_profile
 
     rows = {"rank_probs": list(rank_probs)} if profile is None else {"profile": named_profile(profile)}
     spec = {"successor": successor_table(planted["ranked"], planted["vocab_size"]), **rows, "seed": seed}

@@ -8,7 +8,7 @@ below is the one whose outputs depend on the whole context (attention masks, KV 
 compared up to bf16 ties.
 
 Also written: a *random* Qwen3 target (N(0, 0.02), lm_head N(0, 0.1)), a DFlash drafter with
-random weights, and the drafter test-hook file (repro.sglang_glue.test_hook).
+random weights, and the drafter test-hook file (repro.drafter_hook.hook).
 
 A DeepseekV3 / Kimi-shaped target (MLA + MoE) comes in both flavours: ``mla-planted`` (inert
 layers, the planted embeddings and head: the same exact outputs through the MLA and MoE code)

@@ -1,4 +1,4 @@
-"""Reading acceptance recordings (:mod:`repro.tuning.recording`) and the tau they imply.
+"""Reading acceptance recordings (:mod:`repro.recording`) and the tau they imply.
 
 For a round whose accepted path holds node ids ``a_1 < a_2 < ...`` (root excluded), the tree of
 any budget B' <= B is the first B' + 1 rows of the recorded tree, and the target's token at a node
@@ -28,7 +28,7 @@ import numpy as np
 
 from repro.errors import UsageError
 from repro.files import parse_json, read_text
-from repro.tuning.recording import HEADER, NO_PROMPTS, ROUND, SCHEMA
+from repro.recording import HEADER, NO_PROMPTS, ROUND, SCHEMA
 
 Z95 = 1.959964  # two-sided 95% normal quantile
 
@@ -207,7 +207,7 @@ def read_recordings(path: Path, what: str = "RECORDING") -> list[Recording]:
             msg = f"{path}:{number}: {exc}"
             raise UsageError(msg) from None
     if not recordings:
-        msg = f"{path}: holds no recording (no line of kind {HEADER!r}; see repro/tuning/recording.py)"
+        msg = f"{path}: holds no recording (no line of kind {HEADER!r}; see repro/recording.py)"
         raise UsageError(msg)
     return list(recordings.values())
 

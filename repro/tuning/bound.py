@@ -20,6 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from repro.algorithms import AR, DDTREE, DFLASH
 from repro.errors import UsageError
 from repro.evidence.prompts import DISTINCT
 from repro.tuning.costs import interpolate
@@ -62,8 +63,8 @@ def bound(rows: list[dict[str, Any]], taus: dict[str, float], block: int, draft_
     for bs in sorted({r["bs"] for r in rows}):
         pts = sorted((float(r["n"]), float(r["gpu_busy_ms"])) for r in rows if r["bs"] == bs)
         ar_ms, dflash_ms = verify_ms(pts, bs, 1), draft_ms + verify_ms(pts, bs, block)
-        cells = [("AR", None, 1, 1.0, ar_ms), ("DFLASH", None, block, taus["dflash"], dflash_ms)]
-        cells += [("DDTREE", b, b + 1, taus[str(b)], draft_ms + verify_ms(pts, bs, b + 1))
+        cells = [(AR, None, 1, 1.0, ar_ms), (DFLASH, None, block, taus["dflash"], dflash_ms)]
+        cells += [(DDTREE, b, b + 1, taus[str(b)], draft_ms + verify_ms(pts, bs, b + 1))
                   for b in sorted(int(k) for k in taus if k != "dflash")]
         dflash = taus["dflash"] / dflash_ms
         out += [{"bs": bs, "algorithm": a, "budget": b, "n": n, "tau": t, "round_ms": ms, "tok_per_ms": t / ms,
@@ -100,7 +101,7 @@ def _tokens(result: dict[str, Any]) -> str:
 
 def served_round_ms(summary: Any) -> float | None:
     """A served cell's steady round: c x τ (1 for AR) over its decode tok/s, in ms."""
-    tau = 1.0 if summary.cell.algorithm == "AR" else summary.tau_mean
+    tau = 1.0 if summary.cell.algorithm == AR else summary.tau_mean
     if tau is None or not summary.decode_tok_s:
         return None
     return summary.cell.concurrency * tau * 1e3 / summary.decode_tok_s
@@ -128,11 +129,11 @@ def add_measured(section: dict[str, Any], summaries: list[Any], models: dict[str
     over: dict[tuple[str, int | None, int], float | None] = {}
     served = {key: served_round_ms(s) for key, s in chosen.items()}
     for (algorithm, budget, c), s in chosen.items():
-        if algorithm == "AR":
+        if algorithm == AR:
             continue
-        over[(algorithm, budget, c)] = 1.0 if algorithm == "DFLASH" else s.over_dflash
-        if algorithm == "DFLASH" and s.speedup:  # over AR, so AR over DFLASH is its inverse
-            over[("AR", None, c)] = 1 / s.speedup
+        over[(algorithm, budget, c)] = 1.0 if algorithm == DFLASH else s.over_dflash
+        if algorithm == DFLASH and s.speedup:  # over AR, so AR over DFLASH is its inverse
+            over[(AR, None, c)] = 1 / s.speedup
     for row in section["rows"]:
         key = (row["algorithm"], row["budget"], row["bs"])
         row["measured_over_dflash"], row["served_round_ms"] = over.get(key), served.get(key)
@@ -159,7 +160,7 @@ def markdown(section: dict[str, Any]) -> list[str]:
     for r in section["rows"]:
         name = r["algorithm"] + (f" B {r['budget']}" if r["budget"] else "")
         got = r.get("measured_over_dflash")
-        share = "-" if got is None or r["algorithm"] != "DDTREE" else f"{got / r['over_dflash']:.0%}"
+        share = "-" if got is None or r["algorithm"] != DDTREE else f"{got / r['over_dflash']:.0%}"
         mark = " †" if mixed and r in batched and r["served_prompts"] in others else ""
         out.append(f"| {r['bs']} | {name} | {r['n']} | {r['tau']:.2f} | {r['round_ms']:.2f} | "
                    f"{ms(r.get('served_round_ms'))}{mark} | {ratio(r['over_dflash'])} | {ratio(r['over_ar'])} | "
@@ -171,7 +172,7 @@ def markdown(section: dict[str, Any]) -> list[str]:
         out.append(f"\n†: served on {', '.join(f'`{p}`' for p in others)} only, whose batches differ from the "
                    "verify cost's (its ratio is over DFLASH on the same prompts).")
     for bs in sorted({r["bs"] for r in section["rows"]}):
-        best = max((r for r in section["rows"] if r["bs"] == bs and r["algorithm"] == "DDTREE"),
+        best = max((r for r in section["rows"] if r["bs"] == bs and r["algorithm"] == DDTREE),
                    key=lambda r: r["tok_per_ms"])
         out.append(f"\nbs {bs}: the bound's best budget is {best['budget']}, {best['over_dflash']:.2f}x DFLASH "
                    f"and {best['over_ar']:.2f}x AR.")

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from repro.algorithms import AR, DDTREE
 from repro.evidence.results import Cell, completed, summarize
 
 
@@ -96,7 +97,7 @@ class CostModel:
 
     def __init__(self, costs: Sequence[CellCost], fit: set[int] | None = None) -> None:
         self.costs = list(costs)
-        self.tree = [c for c in self.costs if c.algorithm == "DDTREE" and (fit is None or c.budget in fit)]
+        self.tree = [c for c in self.costs if c.algorithm == DDTREE and (fit is None or c.budget in fit)]
 
     def _points(self, concurrency: int, name: str) -> list[tuple[float, float]]:
         return [(float(c.budget), getattr(c, name)) for c in self.tree if c.concurrency == concurrency]
@@ -116,13 +117,13 @@ class CostModel:
     def measured(self, algorithm: str, concurrency: int, budget: int | None = None) -> CellCost | None:
         """The measured cell of ``algorithm`` (and budget) at ``concurrency``, if any."""
         for c in self.costs:
-            if (c.algorithm, c.concurrency) == (algorithm, concurrency) and (algorithm != "DDTREE" or c.budget == budget):
+            if (c.algorithm, c.concurrency) == (algorithm, concurrency) and (algorithm != DDTREE or c.budget == budget):
                 return c
         return None
 
     def drafter_ms(self, concurrency: int) -> tuple[float, bool] | None:
         """(D(c) in ms, whether T_round(c, 0) was extrapolated), or None without AR or two budgets."""
-        ar = self.measured("AR", concurrency)
+        ar = self.measured(AR, concurrency)
         pts = sorted(self._points(concurrency, "round_ms"))
         if ar is None or not pts or (pts[0][0] != 0 and len(pts) < 2):
             return None

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict
 from typing import Any
 
+from repro.algorithms import AR, DDTREE, DFLASH, TABLE
 from repro.errors import UsageError
 from repro.evidence.results import format_table
 from repro.evidence.verdicts import FAIL, NOT_MEASURED, PASS, Verdict
@@ -41,7 +42,7 @@ def pick_recording(recordings: Sequence[Recording], requests: set[str] | None = 
     """The DDTREE recordings of the largest budget and the latest digest, pooled (request ids
     prefixed by their recording so requests stay apart); only the rounds of ``requests`` (request
     ids) when given."""
-    tree = [r for r in recordings if r.algorithm == "DDTREE"]
+    tree = [r for r in recordings if r.algorithm == DDTREE]
     if not tree:
         msg = "the recording file holds no DDTREE recording"
         raise UsageError(msg)
@@ -58,7 +59,7 @@ def cell_requests(records: list[dict[str, Any]], profile: str | None, temperatur
     profile: None) at ``temperature``: the recording's rounds to keep, so warm-up requests and cells
     at another temperature (whose walk accepts by another law) stay out of τ(B). None when the
     results carry no ids (written before `repro bench` sent them): then every round counts."""
-    rids = {r["rid"] for r in _requests(records, profile, temperature) if "rid" in r and r["cell"]["algorithm"] == "DDTREE"}
+    rids = {r["rid"] for r in _requests(records, profile, temperature) if "rid" in r and r["cell"]["algorithm"] == DDTREE}
     return rids or None
 
 
@@ -80,7 +81,7 @@ def analyze(records: list[dict[str, Any]], recording: Recording, *, profile: str
             holdout: set[int], captured: Sequence[int] = ()) -> dict[str, Any]:
     """The tune result: costs, predictions, recommendation, DFLASH comparison and checks."""
     costs = cell_costs(records, profile, temperature)
-    if not any(c.algorithm == "DDTREE" for c in costs):
+    if not any(c.algorithm == DDTREE for c in costs):
         msg = f"no DDTREE benchmark cell of profile {profile!r} at T={temperature:g} in the results"
         raise UsageError(msg)
     new_tokens = _one((c.new_tokens for c in costs), "max_new_tokens")
@@ -93,12 +94,12 @@ def analyze(records: list[dict[str, Any]], recording: Recording, *, profile: str
         raise UsageError(msg)
     taus = budget_taus(rounds, recording.budget)
     chain = chain_estimate(rounds, recording.horizon)
-    fit = {c.budget for c in costs if c.algorithm == "DDTREE" and c.budget not in holdout}
+    fit = {c.budget for c in costs if c.algorithm == DDTREE and c.budget not in holdout}
     model = CostModel(costs, fit)
     per_c = [_concurrency(model, c, new_tokens, taus, chain, recording) for c in
-             sorted({c.concurrency for c in costs if c.algorithm == "DDTREE"})]
+             sorted({c.concurrency for c in costs if c.algorithm == DDTREE})]
     checks = _checks(model, costs, new_tokens, taus, fit, recording.budget)
-    sizes = sorted(set(captured) or {c.concurrency for c in costs if c.algorithm == "DDTREE"})
+    sizes = sorted(set(captured) or {c.concurrency for c in costs if c.algorithm == DDTREE})
     return {
         "kind": "tune", "profile": profile, "temperature": temperature, "max_new_tokens": new_tokens,
         "prompts": cell_prompts,
@@ -124,15 +125,15 @@ def _concurrency(model: CostModel, c: int, new_tokens: int, taus: list[Estimate]
             curve.append([b, predict_tok_s(c, new_tokens, ttft_ms, round_ms, taus[b].value)])
     best = max(curve, key=lambda p: p[1]) if curve else None
     drafter = model.drafter_ms(c)
-    dflash = model.measured("DFLASH", c)
+    dflash = model.measured(DFLASH, c)
     dflash_tok_s, dflash_source = (dflash.tok_s, "measured") if dflash else (None, None)
     if dflash is None and chain is not None:
         verify_ms, ttft_ms = model.round_ms(c, recording.horizon), model.ttft_ms(c, recording.horizon)
         if verify_ms is not None:
             dflash_tok_s = predict_tok_s(c, new_tokens, ttft_ms, verify_ms, chain.low.value)
             dflash_source = "predicted (chain tau low bound, T_round(c, L))"
-    ar = model.measured("AR", c)
-    measured = [cell for cell in model.costs if cell.algorithm == "DDTREE" and cell.concurrency == c]
+    ar = model.measured(AR, c)
+    measured = [cell for cell in model.costs if cell.algorithm == DDTREE and cell.concurrency == c]
     top = max(measured, key=lambda cell: cell.tok_s, default=None)
     return {
         "concurrency": c, "curve": curve, "budget": best[0] if best else None, "tok_s": best[1] if best else None,
@@ -180,7 +181,7 @@ def schedule(model: CostModel, sizes: Sequence[int], new_tokens: int, taus: list
 
 
 def _measured_tok_s(model: CostModel, c: int, budget: int) -> float | None:
-    cell = model.measured("DDTREE", c, budget)
+    cell = model.measured(DDTREE, c, budget)
     return cell.tok_s if cell else None
 
 
@@ -189,7 +190,7 @@ def _checks(model: CostModel, costs: list[CellCost], new_tokens: int, taus: list
     """Predicted vs measured for every DDTREE cell the model covers."""
     out = []
     for cell in costs:
-        if cell.algorithm != "DDTREE" or cell.budget is None or cell.budget > recorded:
+        if cell.algorithm != DDTREE or cell.budget is None or cell.budget > recorded:
             continue
         round_ms, ttft_ms = model.round_ms(cell.concurrency, cell.budget), model.ttft_ms(cell.concurrency, cell.budget)
         if round_ms is None or ttft_ms is None:
@@ -274,8 +275,10 @@ def render(result: dict[str, Any], *, markdown: bool) -> str:
     for row in result["concurrency"]:
         if row["budget"] is None:
             continue
-        algo = "DDTREE" if row["beats_dflash"] is not False else "DFLASH"
-        args = f"--speculative-algorithm {algo}" + (f" --speculative-ddtree-budget {row['budget']}" if algo == "DDTREE" else "")
+        algo = DDTREE if row["beats_dflash"] is not False else DFLASH
+        args = f"--speculative-algorithm {TABLE[algo].sglang}"
+        if TABLE[algo].budgeted:
+            args += f" --speculative-ddtree-budget {row['budget']}"
         out.append(f"{item}c={row['concurrency']} alone: `{args}`" if markdown else f"{item}c={row['concurrency']} alone: {args}")
     out += _schedule_lines(result.get("schedule"), item, gap, markdown=markdown)
     return "\n".join(out)

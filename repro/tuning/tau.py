@@ -1,6 +1,6 @@
 """`repro tau RECORDING`: tau for every budget up to the recorded one, and the DFLASH chain's, from one run.
 
-Reads an acceptance recording (:mod:`repro.tuning.recording`; written by ``repro demo --record`` or a
+Reads an acceptance recording (:mod:`repro.recording`; written by ``repro demo --record`` or a
 server with ``$REPRO_DDTREE_RECORD`` set) and prints, per recording and prompt set, tau(B') for
 every B' <= B with a 95% interval over requests (:mod:`repro.tuning.acceptance`), then the chain's tau
 on the same drafter rows with the number of rounds it could only bound. A recording written during

@@ -20,14 +20,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from repro.algorithms import DDTREE
 from repro.errors import ReproError, UsageError
 from repro.evidence.results import ResultsWriter, load_records
 from repro.evidence.verdicts import FAIL
+from repro.recording import PROMPTS_ENV, RECORD_ENV
 from repro.serving.profiles import Profile, load_profiles, models_dir
 from repro.serving.sglang_server import server_argv
 from repro.tuning.acceptance import read_recordings
 from repro.tuning.recommend import analyze, cell_requests, pick_recording, render
-from repro.tuning.recording import PROMPTS_ENV, RECORD_ENV
 
 
 def _ints(text: str) -> list[int]:
@@ -170,7 +171,7 @@ def main(args: argparse.Namespace) -> int:
     todo = sorted({row["budget"] for row in result["concurrency"]
                    if row["budget"] is not None and row["measured_tok_s"] is None}) if args.confirm else []
     if todo:  # measured to check the recommendation, so held out of the fit
-        _bench(args, bench_out, ["--algorithms", "DDTREE", "--budgets", ",".join(map(str, todo))], None)
+        _bench(args, bench_out, ["--algorithms", DDTREE, "--budgets", ",".join(map(str, todo))], None)
         result = _result(args, sorted({*results, bench_out}), recording, holdout | set(todo), profile.cuda_graph_bs)
     print(render(result, markdown=False))
     print(_command(result, profile, models_dir(args.models_dir)))
@@ -186,6 +187,6 @@ def _command(result: dict[str, Any], profile: Profile, root: Path) -> str:
     plan = result.get("schedule")
     if plan is None:
         return "no budget could be recommended (no measured budget range at any concurrency)"
-    chosen = profile.with_algorithm("DDTREE", schedule=plan["text"])
+    chosen = profile.with_algorithm(DDTREE, schedule=plan["text"])
     return (f"command: {' '.join(server_argv(chosen, profile.port, root, python='python'))}\n"
             f"profile key: {plan['toml']}")

@@ -61,8 +61,8 @@ def graph_time(fn: Callable[[], object], reps: int = 200) -> dict:
 
 def hook(stride: int | None):
     """The paper profile's hook on a random successor table (optionally at another decoy stride)."""
-    from repro.sglang_glue.hook_profiles import load_profiles
-    from repro.sglang_glue.test_hook import DrafterTestHook
+    from repro.drafter_hook.hook import DrafterTestHook
+    from repro.drafter_hook.profiles import load_profiles
 
     cls = DrafterTestHook
     if stride is not None:
@@ -73,9 +73,9 @@ def hook(stride: int | None):
 
 def measure(bs: int, test_hook, head: torch.Tensor, budget: int, *, flat_floor: bool) -> dict:
     """Every piece at ``bs`` requests; checks the kernel's rows against the hook's reference."""
+    from repro.drafter_hook.profiles import OFF_LOGIT
     from repro.kernels.topk_lse import topk_lse
     from repro.round import DraftTail
-    from repro.sglang_glue.hook_profiles import OFF_LOGIT
 
     gen = torch.Generator(device="cuda").manual_seed(bs)
     roots = torch.randint(0, VOCAB, (bs,), device="cuda", generator=gen)

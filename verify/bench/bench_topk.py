@@ -26,7 +26,7 @@ per stream program: 1, 3, 4 or 6), ``gather`` (tokens per gather step: auto, 204
 ``regs`` (the select's register cap: 64 to 128 per thread).
 ``--adversarial`` adds rows for tie-heavy and sorted inputs (slow path). Every row records the
 config it ran. Beside the JSON it draws a ``.png``: time against bs per (K, V), the columns above
-and the issue's targets (``repro.evidence.plots.topk_vs_batch``).
+and the issue's targets (``repro.handoff.plots.topk_vs_batch``).
 """
 
 from __future__ import annotations
@@ -253,7 +253,7 @@ def _print_table(rows: list[dict]) -> None:
 
 
 def _draw(rows: list[dict], path: Path) -> None:
-    from repro.evidence import plots
+    from repro.handoff import plots
 
     why_not = plots.topk_vs_batch(rows, path)
     print(f"figure not drawn: {why_not}" if why_not else f"wrote {path}")

@@ -83,10 +83,10 @@ def kernels_by_name(events: list[dict], steps: int, top: int = 40) -> dict[str, 
 
 def repro_kernel_names() -> frozenset[str]:
     """Names of the project's Triton kernels (``def NAME_kernel`` under ``@triton.jit`` in
-    repro/kernels/_*_triton.py), read as text: no triton import."""
-    root = Path(__file__).resolve().parents[2] / "repro" / "kernels"
+    repro/**/_*_triton.py: repro/kernels and the drafter hook's), read as text: no triton import."""
+    root = Path(__file__).resolve().parents[2] / "repro"
     pattern = re.compile(r"^@triton\.jit[^\n]*\ndef (\w+_kernel)\(", re.MULTILINE)
-    return frozenset(n for f in sorted(root.glob("_*_triton.py")) for n in pattern.findall(f.read_text()))
+    return frozenset(n for f in sorted(root.rglob("_*_triton.py")) for n in pattern.findall(f.read_text()))
 
 
 def kernel_classes(result: dict, repro_kernels: frozenset[str]) -> dict[str, list[float]]:

@@ -26,8 +26,8 @@ from typing import Any
 
 import torch
 
-from repro.sglang_glue.hook_profiles import PROFILES_PATH, load_profiles
-from repro.sglang_glue.test_hook import DrafterTestHook
+from repro.drafter_hook.hook import DrafterTestHook
+from repro.drafter_hook.profiles import PROFILES_PATH, load_profiles
 from verify.bench.hook_law import round_lengths
 
 VOCAB = 48

@@ -4,7 +4,7 @@
 
 A planted target decodes greedily by ``successor`` (its next token is a function of the last one),
 and the hook's rows are a pure function of (seed, root, prefix length, depth)
-(``repro.sglang_glue.test_hook``). So at T = 0 the rounds of a served request follow from its
+(``repro.drafter_hook.hook``). So at T = 0 the rounds of a served request follow from its
 prompt alone: the first token comes from the prefill; each round drafts from the last committed
 token (the root) at the committed length minus one, accepts tau tokens (DFLASH: 1 + the leading
 rows whose rank-0 token is the correct one; DDTREE: ``repro.ddtree``'s walk over the tree of the
@@ -40,12 +40,12 @@ import torch
 
 from repro.ddtree import build_trees, walk
 from repro.ddtree.types import NO_PARENT
+from repro.drafter_hook.hook import ENV_VAR, DrafterTestHook
+from repro.drafter_hook.profiles import OFF_LOGIT
 from repro.errors import UsageError
 from repro.evidence.prompts import load_prompts, request_input
 from repro.evidence.results import Cell, completed, load_records
 from repro.serving.profiles import model_path, models_dir
-from repro.sglang_glue.hook_profiles import OFF_LOGIT
-from repro.sglang_glue.test_hook import ENV_VAR, DrafterTestHook
 
 DEFAULT_MAX_PROMPT_TOKENS = 1024  # repro bench --max-prompt-tokens
 

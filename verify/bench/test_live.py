@@ -21,7 +21,8 @@ import pytest
 from repro import cli
 from repro.evidence.results import read_records, summarize
 from repro.evidence.verdicts import FAIL, judge, tp_ep_points
-from repro.serving.profiles import Profile, load_profiles, load_thresholds, model_path, models_dir
+from repro.serving.profiles import Profile, load_profiles, model_path, models_dir
+from repro.serving.thresholds import load_thresholds
 from repro.topology import TP_EP_TOLERANCE, tp_over_ep
 
 pytestmark = [pytest.mark.sglang, pytest.mark.gpu, pytest.mark.benchmark(group="live")]

@@ -19,8 +19,8 @@ import pytest
 
 from repro import cli
 from repro.evidence.verdicts import PASS
+from repro.recording import RECORD_ENV
 from repro.serving.profiles import load_profiles
-from repro.tuning.recording import RECORD_ENV
 from verify.bench.test_live import _skip_reason
 
 pytestmark = [pytest.mark.sglang, pytest.mark.gpu, pytest.mark.benchmark(group="live")]
@@ -33,7 +33,7 @@ TUNE_ARGS = ["--budgets", "8,32,128", "--holdout", "16,64", "--concurrency", "1,
 def _recording_reason() -> str | None:
     spec = importlib.util.find_spec("sglang")
     worker = Path(spec.origin).parent / "srt" / "speculative" / "ddtree_worker_v2.py" if spec else None
-    if worker is None or not worker.exists() or "repro.tuning.recording" not in worker.read_text(errors="replace"):
+    if worker is None or not worker.exists() or "repro.recording" not in worker.read_text(errors="replace"):
         return f"the installed DDTREE worker does not record acceptance (${RECORD_ENV} is not wired)"
     return None
 

@@ -17,7 +17,7 @@ time (median of ``--reps``, eager launches) and the GPU busy time (the union of 
 intervals under torch.profiler), which is what a CUDA-graph replay of a verify costs. A DDTREE
 verify of budget B is N = B + 1; it differs in attending to the request's prefix too (a few
 percent of the weights' bytes at 4k context) and in computing logits for all N rows, which the
-last-row head of an EXTEND does not. Beside the JSON, ``repro.evidence.plots.verify_cost_vs_tokens``
+last-row head of an EXTEND does not. Beside the JSON, ``repro.handoff.plots.verify_cost_vs_tokens``
 draws the cost against N.
 """
 
@@ -110,7 +110,7 @@ def _time_forward(runner, make_reqs, bs: int, n: int, reps: int, inputs: list[li
 
 
 def _draw(result: dict, path: Path) -> None:
-    from repro.evidence import plots
+    from repro.handoff import plots
 
     why_not = plots.verify_cost_vs_tokens(result["rows"], path, title=result.get("model", ""))
     print(f"figure not drawn: {why_not}" if why_not else f"wrote {path}")

@@ -23,9 +23,9 @@ import pytest
 from repro import cli
 from repro.evidence import bench, load
 from repro.evidence.results import Cell, read_records, summarize
+from repro.recording import prompts_of
 from repro.serving.sglang_client import Client
 from repro.serving.sglang_server import free_port
-from repro.tuning.recording import prompts_of
 from verify.benchrun import bench_args, check_complete, requests_of, wait_for_requests, workspace
 from verify.fake_sglang import subprocess_env
 

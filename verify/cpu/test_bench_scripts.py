@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from repro.evidence import plots
+from repro.handoff import plots
 from repro.kernels.topk_lse import TopKConfig
 from verify.bench import bench_topk, bench_tree
 

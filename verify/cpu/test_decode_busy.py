@@ -130,7 +130,7 @@ BUSY_RESULT = {"algorithm": "A", "steps": 2, "busy_ms": 2.0, "kernels": 20, "ker
 
 class TestKernelClasses:
     def test_the_projects_kernels_are_read_off_its_sources(self):
-        """Every @triton.jit ``*_kernel`` of repro/kernels, none of its helpers."""
+        """Every @triton.jit ``*_kernel`` of repro (the drafter hook's rows_kernel too), none of its helpers."""
         names = decode_busy.repro_kernel_names()
         assert {"stream_kernel", "select_kernel", "threshold_kernel", "gather_kernel", "enum_kernel",
                 "accept_kernel", "rows_kernel", "tree_inputs_kernel"} <= names

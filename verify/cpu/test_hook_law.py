@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from repro.ddtree import build_trees, walk
+from repro.drafter_hook.hook import DrafterTestHook
+from repro.drafter_hook.profiles import load_profiles
 from repro.evidence.prompts import load_prompts, request_input
 from repro.files import read_text
-from repro.sglang_glue.hook_profiles import load_profiles
-from repro.sglang_glue.test_hook import DrafterTestHook
 from repro.testmodels.fullsize import load_model, write_model
 from verify.bench import hook_law
 

@@ -21,7 +21,7 @@ I64, I32, F32 = "*i64", "*i32", "*fp32"
 @pytest.mark.parametrize("out", ["*bf16", "*fp16", F32])
 def test_hook_rows_kernel(rows: int, top1: int, out: str) -> None:
     """The test hook's rows kernel: rows and argmax together, rows alone, argmax alone."""
-    from repro.kernels._hook_rows_triton import rows_kernel
+    from repro.drafter_hook._rows_triton import rows_kernel
 
     pointers = {"roots": I64, "prefix": I32, "powers": I32, "logits_tab": F32, "rank_thr": F32,
                 "level_thr": F32, "out": out, "top1": I64}

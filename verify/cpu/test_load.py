@@ -83,6 +83,13 @@ class TestArrivals:
         assert np.mean(np.diff(one)) == pytest.approx(1.0, rel=0.1)
         assert arrival_offsets(5, 1.0, 7) == one[:5]  # fewer prompts: the same first arrivals
 
+    def test_the_gaps_are_bench_servings(self) -> None:
+        """The gaps are the numbers SGLang's bench_serving sleeps between requests at that seed: after
+        ``np.random.seed(seed)``, one ``np.random.exponential(1 / rate)`` per request after the first."""
+        legacy = np.random.RandomState(42)
+        gaps = [legacy.exponential(1 / 6.0) for _ in range(9)]
+        assert arrival_offsets(10, 6.0, 42) == [0.0, *np.cumsum(gaps).tolist()]
+
     def test_a_resume_with_another_seed_is_refused(self, tmp_path: Path) -> None:
         """Recorded open-loop arrivals that the seed now would not draw are refused naming --seed."""
         records = run(tmp_path, _Client(0.001), OPEN, 3, seed=1)

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from repro.errors import UsageError
-from repro.serving.profiles import Profile, get_profile, load_profiles, load_thresholds, model_path, models_dir
+from repro.serving.profiles import Profile, get_profile, load_profiles, model_path, models_dir
+from repro.serving.thresholds import load_thresholds
 from repro.stack.pins import load_stack
 from verify.fake_sglang import write_profiles
 

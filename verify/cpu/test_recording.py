@@ -1,4 +1,4 @@
-"""Tests for `repro.tuning.recording`: the Recorder's file format, its environment switch and the staging ring.
+"""Tests for `repro.recording`: the Recorder's file format, its environment switch and the staging ring.
 
 The ring's ordering (a batch is read only once its event completed, oldest first, the rest at
 close) is tested here with a stand-in event on CPU tensors; verify/gpu/test_recording_gpu.py runs
@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from repro.ddtree import build_trees, topk_logprobs, walk
+from repro.recording import PROMPTS_ENV, RECORD_ENV, SCHEMA, Recorder, StagingRing, digest, prompts_of
 from repro.tuning.acceptance import read_recordings
-from repro.tuning.recording import PROMPTS_ENV, RECORD_ENV, SCHEMA, Recorder, StagingRing, digest, prompts_of
 
 
 def _lines(path) -> list[dict]:

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from repro import cli
-from repro.evidence import plots
-from repro.evidence.report import read_tiers
 from repro.evidence.results import summarize
+from repro.handoff import plots
+from repro.handoff.report import read_tiers
 from repro.serving.profiles import get_profile
 from repro.stack import pins
 from verify.benchdata import cell, request

@@ -157,11 +157,11 @@ class TestTables:
 
 class TestOptionalCellFields:
     def test_a_cell_without_them_keeps_its_key(self):
-        """The schedule and request-rate fields enter a cell's key only when set."""
+        """The schedule, request-rate and api fields enter a cell's key only when set."""
         plain = cell("DDTREE", 16)
-        fields = {k: v for k, v in asdict(plain).items() if k not in ("schedule", "request_rate")}
+        fields = {k: v for k, v in asdict(plain).items() if k not in ("schedule", "request_rate", "api")}
         assert plain.key == json.dumps(fields, sort_keys=True)
-        assert replace(plain, request_rate=2.0).key != plain.key
+        assert replace(plain, request_rate=2.0).key != plain.key != replace(plain, api="openai").key
 
     def test_schedule_cells_are_checked(self, tmp_path: Path):
         """A DDTREE schedule cell has no budget; a schedule on another algorithm, or a malformed

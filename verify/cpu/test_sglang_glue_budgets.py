@@ -1,4 +1,5 @@
-"""Tests for `repro.sglang_glue.budgets`: one state per budget, and every batch size routed to one."""
+"""Tests for `repro.sglang_glue.budgets`: the server's schedule, one state per budget, and every batch
+size routed to one."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 import torch
 
 from repro.schedule import BudgetSchedule
-from repro.sglang_glue.budgets import BudgetStates
+from repro.sglang_glue.budgets import BudgetStates, server_schedule
 
 GRAPHS = [1, 2, 4, 8, 16]
 
@@ -97,3 +98,18 @@ class TestBudgetStates:
         states.states[15].graph_runner.captured_req_width = 64
         with pytest.raises(RuntimeError, match=r"budget 15: .*captured for 64 tokens"):
             states.check_graphs(lambda r: r.captured_req_width, lambda r: r.capture_bs)
+
+
+class TestServerSchedule:
+    def test_the_schedule_flag_wins(self):
+        """--speculative-ddtree-budget-schedule is the schedule; the budget SGLang derives from it is not read."""
+        args = SimpleNamespace(speculative_ddtree_budget_schedule="1:63,16:15", speculative_ddtree_budget=63)
+        assert server_schedule(args) == BudgetSchedule.parse("1:63,16:15")
+        assert [server_schedule(args).budget(bs) for bs in (1, 15, 16, 64)] == [63, 63, 15, 15]
+
+    @pytest.mark.parametrize("schedule", [None, ""])
+    def test_a_fixed_budget_is_the_schedule_1_b(self, schedule):
+        """Without a schedule (unset or empty) every batch size runs --speculative-ddtree-budget."""
+        args = SimpleNamespace(speculative_ddtree_budget_schedule=schedule, speculative_ddtree_budget="32")
+        assert server_schedule(args) == BudgetSchedule.fixed(32)
+        assert server_schedule(SimpleNamespace(speculative_ddtree_budget=8)).text == "1:8"

@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file
 
 from repro import testmodels
-from repro.sglang_glue.test_hook import DrafterTestHook
+from repro.drafter_hook.hook import DrafterTestHook
 from repro.testmodels.configs import FULLSIZE, SHARES, SMALL_KIMI_MOE, SMALL_MLA_MOE, SMALL_QWEN3, read_model
 from repro.testmodels.planted import greedy_continuation, next_token_probs, served_logits, successor_table
 from verify.cli_inputs import run

@@ -14,8 +14,8 @@ import math
 import pytest
 import torch
 
+from repro.drafter_hook.hook import DrafterTestHook
 from repro.serving.profiles import load_profiles
-from repro.sglang_glue.test_hook import DrafterTestHook
 from repro.testmodels import SPREAD_BUDGETS, SPREAD_COUNTS, fullsize
 from repro.testmodels.planted import greedy_continuation, served_logits
 from verify.cli_inputs import run

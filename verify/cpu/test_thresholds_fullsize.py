@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from repro.serving.profiles import load_profiles, load_thresholds
+from repro.serving.profiles import load_profiles
+from repro.serving.thresholds import load_thresholds
 from repro.testmodels.fullsize import load_model
 
 FIT = json.loads(resources.files("repro.data").joinpath("drafter_profiles_fit.json").read_text())

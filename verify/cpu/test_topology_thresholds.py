@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from repro.serving.profiles import load_thresholds
+from repro.serving.thresholds import load_thresholds
 from repro.topology import TP_EP_TOLERANCE, tp_over_ep_bounds
 
 PAIRS = {"k26-pcie": ("k26-pro6000-tp8", "k26-pro6000-ep8"), "k26-nvlink": ("k26-b300-tp8", "k26-b300-ep8")}

@@ -1,6 +1,6 @@
 """Issue 22's acceptance on the toy: tau for every budget from one B = 256 recording.
 
-One greedy B = 256 decode of the toy pair is recorded through `repro.tuning.recording` (the file is read
+One greedy B = 256 decode of the toy pair is recorded through `repro.recording` (the file is read
 back with `repro.tuning.acceptance`). In every round the hook also builds the trees of B' = 1, 4, 16, 64
 and the DFLASH chain from that round's drafter rows and verifies them against the same cache with
 the toy target: the recorded offline tau must equal each walk exactly, and the chain's tau must
@@ -21,9 +21,9 @@ import pytest
 import torch
 
 from repro.ddtree import DraftTree, greedy_tokens, topk_logprobs, verify_tensors, walk
+from repro.recording import Recorder
 from repro.toy import Sampling, ToyDrafter, ToyRound, ToyTarget, decode_ddtree, toy_round
 from repro.tuning.acceptance import chain_tau, read_recordings, tau_at
-from repro.tuning.recording import Recorder
 
 BUDGET, SMALL = 256, (1, 4, 16, 64)
 BATCH, NEW_TOKENS, SEED = 32, 160, 11

@@ -8,7 +8,8 @@ import pytest
 
 from repro.evidence.results import summarize
 from repro.evidence.verdicts import FAIL, INCONCLUSIVE, NOT_MEASURED, PASS, RECORDED, judge, tp_ep_points
-from repro.serving.profiles import Profile, ThresholdSet
+from repro.serving.profiles import Profile
+from repro.serving.thresholds import ThresholdSet
 from verify.benchdata import cell, request
 
 BASE = Profile(name="tp", model="m", target="sm90", tp=2, algorithm="DDTREE", thresholds="t",

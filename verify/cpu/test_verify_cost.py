@@ -1,5 +1,5 @@
 """CPU checks of verify/bench/verify_cost.py (its timings run on the GPU machine only) and of the
-figure it draws (repro.evidence.plots.verify_cost_vs_tokens)."""
+figure it draws (repro.handoff.plots.verify_cost_vs_tokens)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from repro.evidence import plots
+from repro.handoff import plots
 from repro.testmodels import fullsize
 from verify.bench import verify_cost
 
@@ -98,8 +98,8 @@ class TestTreeInputs:
         server loads) on humaneval-distinct, root first, each request's root its own; its tokens
         repeat, random ones would not."""
         from repro.ddtree import build_trees
+        from repro.drafter_hook.hook import DrafterTestHook
         from repro.evidence.prompts import load_prompts, request_input
-        from repro.sglang_glue.test_hook import DrafterTestHook
 
         model = fullsize.load_model("k26-tp8")
         fullsize.write_model(tmp_path, model)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from repro.ddtree import build_trees, topk_logprobs, walk
-from repro.tuning.recording import Recorder
+from repro.recording import Recorder
 
 pytestmark = pytest.mark.gpu
 BUDGET, HORIZON = 64, 15

@@ -1,4 +1,4 @@
-"""`repro.kernels.hook_rows` on CUDA: the drafter test hook's one-launch rows equal the torch
+"""`repro.drafter_hook.rows` on CUDA: the drafter test hook's one-launch rows equal the torch
 reference (`DrafterTestHook.logits`) bit for bit, replay in a CUDA graph, and never sync."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from repro.sglang_glue.hook_profiles import named_profile
-from repro.sglang_glue.test_hook import DrafterTestHook
+from repro.drafter_hook.hook import DrafterTestHook
+from repro.drafter_hook.profiles import named_profile
 
 pytestmark = pytest.mark.gpu
 PROFILES = ["default", "paper-qwen3-8b-math500", "kimi-k2.5-dflash-gsm8k"]

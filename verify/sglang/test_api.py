@@ -64,7 +64,7 @@ BAD = [
      {"messages": HI, "stop_token_ids": [9999], "max_completion_tokens": 8}, True,
      f"stop_token_ids holds token id 9999, {RANGE}"),
     ("empty text", "/generate", {"text": "", "sampling_params": G}, False,
-     "The input is empty: a request needs at least one token."),
+     "texts cannot be empty and tokenizer must be initialized"),  # SGLang's own refusal
     ("empty batch row", "/generate", {"input_ids": [[300], []], "sampling_params": G}, False,
      "input_ids cannot hold an empty sequence."),
     ("body is not JSON", "/generate", b'{"input_ids": [300', False, None),

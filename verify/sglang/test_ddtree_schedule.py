@@ -30,8 +30,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from repro.drafter_hook.hook import DrafterTestHook
 from repro.schedule import BudgetSchedule
-from repro.sglang_glue.test_hook import DrafterTestHook
 from repro.testmodels.planted import greedy_continuation, next_token_probs
 from repro.tuning.acceptance import read_recordings
 from verify.bench.hook_law import round_lengths

@@ -1,5 +1,5 @@
-"""Tests for `repro.sglang_glue.test_hook` (the reference rows, the profiles and their fits) and
-for `repro.kernels.hook_rows` under the Triton interpreter (TRITON_INTERPRET=1, in a subprocess)."""
+"""Tests for `repro.drafter_hook.hook` (the reference rows, the profiles and their fits) and
+for `repro.drafter_hook.rows` under the Triton interpreter (TRITON_INTERPRET=1, in a subprocess)."""
 
 from __future__ import annotations
 
@@ -17,9 +17,10 @@ import pytest
 import torch
 from scipy.stats import chi2
 
+from repro.drafter_hook.hashes import FLOOR_LEVELS, floor_logits
+from repro.drafter_hook.hook import DrafterTestHook
+from repro.drafter_hook.profiles import compile_profile, load_profiles, named_profile
 from repro.kernels.topk_lse import TopKConfig, make_plan
-from repro.sglang_glue.hook_profiles import compile_profile, load_profiles, named_profile
-from repro.sglang_glue.test_hook import FLOOR_LEVELS, DrafterTestHook, floor_logits
 from repro.testmodels.planted import write_hook
 from verify.bench import fit_hook_profile as fit
 
@@ -356,9 +357,10 @@ INTERPRETED = r"""
 import sys, torch
 from verify.kernel_cases import _fix_interpreter_for_numpy_2_4
 _fix_interpreter_for_numpy_2_4()
-from repro.sglang_glue.hook_profiles import named_profile
+from repro.drafter_hook.profiles import named_profile
 from repro.kernels.topk_lse import TopKConfig, make_plan
-from repro.sglang_glue.test_hook import FLOOR_LEVELS, DrafterTestHook, floor_logits
+from repro.drafter_hook.hashes import FLOOR_LEVELS, floor_logits
+from repro.drafter_hook.hook import DrafterTestHook
 one_level = {"kind": "calibrated", "ranks": 8, "spread": 0.25, "gap": 3.0, "slope": 1.0, "stay": 0.0,
              "miss_off": 0.5, "levels": [{"choices": 2, "weight": 1.0, "miss": 0.1}]}
 cases = 0

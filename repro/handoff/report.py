@@ -19,13 +19,15 @@ from pathlib import Path
 from typing import Any
 
 from repro.errors import UsageError
-from repro.evidence import compare, plots
+from repro.evidence import compare
 from repro.evidence.intervals import Ratio
 from repro.evidence.latency import LATENCY_HEADERS, SPREAD_NOTE, latency_rows
 from repro.evidence.results import HEADERS, Cell, format_table, read_records, results_files, summarize, table_rows
 from repro.evidence.verdicts import FAIL, INCONCLUSIVE, judge, tp_ep_points
 from repro.files import write_atomic
-from repro.serving.profiles import Profile, load_profiles, load_thresholds
+from repro.handoff import plots
+from repro.serving.profiles import Profile, load_profiles
+from repro.serving.thresholds import load_thresholds
 from repro.tuning import bound
 from repro.tuning.recommend import render as render_tune
 

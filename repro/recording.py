@@ -54,6 +54,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
+from repro.algorithms import DDTREE
+
 if TYPE_CHECKING:
     import torch
 
@@ -90,7 +92,7 @@ class Recorder:
     included), None while it runs; with it, rounds run past a request's end are not written.
     """
 
-    def __init__(self, path: str | Path, *, budget: int, horizon: int, algorithm: str = "DDTREE",
+    def __init__(self, path: str | Path, *, budget: int, horizon: int, algorithm: str = DDTREE,
                  config: dict[str, Any] | None = None, prompts: str = NO_PROMPTS, source: str = "",
                  stack: dict[str, Any] | None = None, max_pending: int = 256,
                  finished_tokens: Callable[[Any], int | None] | None = None) -> None:

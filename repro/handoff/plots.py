@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from repro.algorithms import AR, DDTREE, DFLASH
 from repro.evidence.results import CellSummary, label_order
 from repro.evidence.verdicts import TpEpPoint
 from repro.files import atomic_output
@@ -62,21 +63,21 @@ def _save(fig: Any, path: Path) -> None:
 def _ratios(here: list[CellSummary]) -> tuple[str, dict[tuple[int, int | None], float]] | None:
     """(baseline, {(concurrency, budget): DDTREE tok/s over it}) of one panel: over AR where the
     cells have AR speedups, else over the DFLASH cell of the same concurrency; None without either."""
-    tree = [s for s in here if s.cell.algorithm == "DDTREE" and s.cell.budget is not None and s.cell.request_rate is None]
+    tree = [s for s in here if s.cell.algorithm == DDTREE and s.cell.budget is not None and s.cell.request_rate is None]
     with_ar = {(s.cell.concurrency, s.cell.budget): s.speedup for s in tree if s.speedup is not None}
     if with_ar:
-        return "AR", with_ar
+        return AR, with_ar
     over = {(s.cell.concurrency, s.cell.budget): s.over_dflash for s in tree if s.over_dflash is not None}
-    return ("DFLASH", over) if over else None
+    return (DFLASH, over) if over else None
 
 
 def _levels(ax: Any, cells: list[CellSummary], baseline: str, color: str) -> None:
     """Horizontal lines of one concurrency's cells that have no budget: DFLASH over AR dashed, a
     budget schedule over the baseline dotted."""
     for s in cells:
-        if baseline == "AR" and s.cell.algorithm == "DFLASH" and s.speedup:
+        if baseline == AR and s.cell.algorithm == DFLASH and s.speedup:
             ax.axhline(s.speedup, color=color, linestyle="--", linewidth=1)
-        ratio = s.speedup if baseline == "AR" else s.over_dflash
+        ratio = s.speedup if baseline == AR else s.over_dflash
         if s.cell.schedule is not None and ratio:
             ax.axhline(ratio, color=color, linestyle=":", linewidth=1.5)
 
@@ -87,7 +88,7 @@ def speedup_vs_budget(summaries: list[CellSummary], path: Path) -> str | None:
     panels = []
     several = len({s.cell.prompts for s in summaries}) > 1
     for key in sorted({(s.cell.profile, s.cell.prompts, s.cell.temperature) for s in summaries
-                       if s.cell.algorithm == "DDTREE"}):
+                       if s.cell.algorithm == DDTREE}):
         here = [s for s in summaries if (s.cell.profile, s.cell.prompts, s.cell.temperature) == key]
         ratios = _ratios(here)
         if ratios is not None:
@@ -103,11 +104,11 @@ def speedup_vs_budget(summaries: list[CellSummary], path: Path) -> str | None:
             pts = sorted((b, r) for (c, b), r in ratios.items() if c == conc)
             ax.plot(*zip(*pts, strict=True), marker="o", color=color, label=f"c={conc}")
             _levels(ax, [s for s in here if s.cell.concurrency == conc and s.cell.request_rate is None], baseline, color)
-        ax.axhline(1.0, color="gray", linewidth=0.8, linestyle="--" if baseline == "DFLASH" else "-")
+        ax.axhline(1.0, color="gray", linewidth=0.8, linestyle="--" if baseline == DFLASH else "-")
         _log2_axis(ax, [b for _, b in ratios])
         ax.set_xlabel("DDTree budget B (non-root nodes)")
         ax.set_ylabel(f"output tok/s over {baseline}")
-        note = "DFLASH dashed" if baseline == "AR" else "DFLASH = 1 (no AR cell)"
+        note = "DFLASH dashed" if baseline == AR else "DFLASH = 1 (no AR cell)"
         if any(s.cell.schedule is not None for s in here):
             note += ", schedule dotted"
         where = f"{profile} ({prompts})" if several else profile

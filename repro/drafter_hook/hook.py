@@ -1,4 +1,4 @@
-"""Test-only drafter hook: drafter rows [bs, L, V] with a controlled rank for the correct token.
+"""The drafter test hook: drafter rows [bs, L, V] with a controlled rank for the correct token.
 
 Off by default. The patched DFLASH and DDTREE workers build it only when the environment
 variable ``SGLANG_DDTREE_TEST_DRAFTER`` names a JSON file (written by ``repro.testmodels``)::
@@ -29,7 +29,7 @@ never by id, so the law of acceptance does not depend on ``S``.
 -30, a top-K past the R ranks (DDTREE's at B >= 64: K 63 > R 32) met 150 K tokens tied at its
 threshold and scanned the row whole (161 µs a B 63 round on the full-size target, a test
 artifact). So an unranked token's logit is -30 minus a step per level, its level a 13-bit hash of
-its id (``FLOOR_HASH``) capped at ``FLOOR_LEVELS`` - 1: about V / 8192 tokens a level (19 at Qwen3's
+its id (``hashes.FLOOR_HASH``) capped at ``FLOOR_LEVELS`` - 1: about V / 8192 tokens a level (19 at Qwen3's
 vocabulary), the rest at the lowest; a K-th best falls among a few tied tokens. No tree up to B 512
 reaches an unranked token (``verify.bench.hook_law`` refuses one that would), so the law does not
 depend on the floor either.
@@ -40,12 +40,12 @@ generator state. Levels follow a Markov chain along the block, so difficulty per
 difficulty does. The rank law has two rows per level: *on* the drafter's path (every earlier
 correct token was its rank 0) and *off* it (the text has left the path the drafter expected).
 
-**Profiles**: ``repro.sglang_glue.hook_profiles`` (the kinds, ``repro/data/drafter_profiles.toml``).
+**Profiles**: ``repro.drafter_hook.profiles`` (the kinds, ``repro/data/drafter_profiles.toml``).
 
 DFLASH proposes each row's argmax (rank 0); DDTREE builds its tree from the same rows, so side
 branches really get accepted. ``DrafterTestHook.logits`` is the torch reference (the spec);
 ``DrafterTestHook.rows`` writes the same values (and ``top1`` the argmax alone) in one Triton
-launch on CUDA (``repro.kernels.hook_rows``: no host sync, no allocation when the outputs are
+launch on CUDA (``repro.drafter_hook.rows``: no host sync, no allocation when the outputs are
 given, so capturable in a CUDA graph).
 """
 
@@ -59,21 +59,10 @@ from typing import Any
 
 import torch
 
-from repro.sglang_glue.hook_profiles import OFF_LOGIT, ROW_DTYPES, U_BITS, HookTables, compile_profile, hook_profile
+from repro.drafter_hook.hashes import LEVEL_SALT, floor_logits, uniforms
+from repro.drafter_hook.profiles import ROW_DTYPES, HookTables, compile_profile, hook_profile
 
 ENV_VAR = "SGLANG_DDTREE_TEST_DRAFTER"
-_MASK24 = (1 << U_BITS) - 1
-# the row hash: an int64 of (root, prefix length, depth, seed), mixed twice (wraps mod 2^64)
-ROOT_MULT, PREFIX_MULT, DEPTH_MULT, SEED_MULT = 1_000_003, 7_919, 104_729, 15_485_863
-MIX_MULTS = (0x45D9F3B, 0x2C1B3C6D)
-LEVEL_SALT = 0x2545F4914F6CDD1D
-"""Added to the row hash's input for the level uniform (the rank uniform has none)."""
-FLOOR_HASH = 0x9E3779B1
-"""Multiplier of an unranked token's floor hash: ``(id * FLOOR_HASH mod 2^32) >> FLOOR_SHIFT``."""
-FLOOR_SHIFT = 19
-"""A 13-bit hash: 8192 buckets, about V / 8192 tokens each."""
-FLOOR_LEVELS = 128
-"""Floor levels: buckets 0-126 one level each, the rest the lowest (-59.75)."""
 
 
 @dataclass(frozen=True)
@@ -205,9 +194,7 @@ class DrafterTestHook:
         if bs == 0:
             return out
         if _use_kernel(roots.device):
-            from repro.kernels.hook_rows import hook_rows
-
-            hook_rows(self, roots, prefix_lens, out, top1_out, vocab_start)
+            self._launch(roots, prefix_lens, out, top1_out, vocab_start)
             return out
         full = self.logits(roots, prefix_lens)
         out.copy_(full[..., vocab_start:end])
@@ -227,11 +214,16 @@ class DrafterTestHook:
         if bs == 0:
             return out
         if _use_kernel(roots.device):
-            from repro.kernels.hook_rows import hook_rows
-
-            hook_rows(self, roots, prefix_lens, None, out)
+            self._launch(roots, prefix_lens, None, out, 0)
             return out
         return out.copy_(self.logits(roots, prefix_lens).argmax(-1))
+
+    def _launch(self, roots: torch.Tensor, prefix_lens: torch.Tensor, out: torch.Tensor | None,
+                top1_out: torch.Tensor | None, vocab_start: int) -> None:
+        from repro.drafter_hook.rows import hook_rows
+
+        hook_rows(self.powers, self.tables, roots, prefix_lens, out, top1_out, seed=self.seed,
+                  decoy_stride=self.decoy_stride, vocab_start=vocab_start)
 
     def _check_rows_args(
         self,
@@ -268,8 +260,8 @@ class DrafterTestHook:
 
     def draws(self, roots: torch.Tensor, prefix_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(levels, ranks) [bs, L]: the level chain, then the correct ranks on / off the path."""
-        u_level = self._uniforms(roots, prefix_lens, LEVEL_SALT)
-        u_rank = self._uniforms(roots, prefix_lens, 0)
+        u_level = uniforms(roots, prefix_lens, horizon=self.horizon, seed=self.seed, salt=LEVEL_SALT)
+        u_rank = uniforms(roots, prefix_lens, horizon=self.horizon, seed=self.seed, salt=0)
         level = torch.full_like(u_level[:, 0], self.tables.levels)  # the start row of level_thresholds
         off = torch.zeros_like(level)  # 1 once an earlier correct token was not rank 0
         levels, ranks = [], []
@@ -280,24 +272,6 @@ class DrafterTestHook:
             levels.append(level)
             ranks.append(rank)
         return torch.stack(levels, 1), torch.stack(ranks, 1)
-
-    def _uniforms(self, roots: torch.Tensor, prefix_lens: torch.Tensor, salt: int) -> torch.Tensor:
-        """[bs, L] int64 in [0, 2^24): each row's hash of (seed, root, prefix length, depth) + salt."""
-        depth = torch.arange(1, self.horizon + 1, device=roots.device, dtype=torch.int64)
-        h = roots.to(torch.int64)[:, None] * ROOT_MULT + prefix_lens.to(torch.int64)[:, None] * PREFIX_MULT
-        h = h + depth * DEPTH_MULT + (self.seed * SEED_MULT + salt)
-        for mult in MIX_MULTS:  # integer mixing (wraps mod 2^64, deterministic)
-            h = (h ^ (h >> 16)) * mult
-        return (h >> 20) & _MASK24
-
-
-def floor_logits(tokens: torch.Tensor) -> torch.Tensor:
-    """float32 logits of unranked tokens ``tokens`` (ids, any shape): level
-    ``min(hash(id) >> FLOOR_SHIFT, FLOOR_LEVELS - 1)`` at -30 - level / 8 (levels 0-15), then -32 -
-    (level - 16) / 4: 128 values in [-59.75, -30], exact in float32, bfloat16 and float16."""
-    u = ((tokens.to(torch.int64) * FLOOR_HASH) & 0xFFFFFFFF) >> FLOOR_SHIFT
-    level = u.clamp(max=FLOOR_LEVELS - 1).to(torch.float32)
-    return torch.where(level < 16, OFF_LOGIT - 0.125 * level, -32.0 - 0.25 * (level - 16))
 
 
 def _use_kernel(device: torch.device) -> bool:

@@ -1,6 +1,6 @@
 """Drafter test-hook profiles: the TOML tables (``repro/data/drafter_profiles.toml``) and what
 they compile to (``HookTables``: each level's logits, the correct rank's and the next level's
-thresholds), read by ``repro.sglang_glue.test_hook.DrafterTestHook``.
+thresholds), read by ``repro.drafter_hook.hook.DrafterTestHook``.
 
 **Profiles** (``repro/data/drafter_profiles.toml``, with the figures each was fitted to):
 

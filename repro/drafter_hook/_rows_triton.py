@@ -1,4 +1,4 @@
-"""Triton kernel behind :func:`repro.kernels.hook_rows.hook_rows` (imported lazily: needs triton).
+"""Triton kernel behind :func:`repro.drafter_hook.rows.hook_rows` (imported lazily: needs triton).
 
 ``rows_kernel`` (grid rows x vocabulary tiles): each program replays its request's level chain
 and rank draws up to its depth (at most L steps of integer hashing and table compares), reads
@@ -7,8 +7,8 @@ of the row: each token's floor (a multiply, a shift and a select per token, the 
 ``floor_logits``), then the level's logit at those of the row's R ranked tokens that fall in the
 tile (R lanes of scatter); the decoy stride can be any number. The tile-0 program of a row
 also writes the row's argmax, the rank-0 token (with ROWS off, only that: one program per row).
-Integers and table lookups only: the values are
-the torch reference's (``repro.sglang_glue.test_hook``) bit for bit, in any row dtype.
+Integers and table lookups only: the values are the torch reference's (``repro.drafter_hook.hook``
+with ``repro.drafter_hook.hashes``) bit for bit, in any row dtype.
 """
 
 from __future__ import annotations
@@ -16,26 +16,27 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from repro.sglang_glue import test_hook as spec
+from repro.drafter_hook import hashes
+from repro.drafter_hook.profiles import OFF_LOGIT
 
 # the reference's row hash and constants, at compile time
-_ROOT = tl.constexpr(spec.ROOT_MULT)
-_PREFIX = tl.constexpr(spec.PREFIX_MULT)
-_DEPTH = tl.constexpr(spec.DEPTH_MULT)
-_MIX0 = tl.constexpr(spec.MIX_MULTS[0])
-_MIX1 = tl.constexpr(spec.MIX_MULTS[1])
-_SALT = tl.constexpr(spec.LEVEL_SALT)
-_MASK = tl.constexpr((1 << spec.U_BITS) - 1)
+_ROOT = tl.constexpr(hashes.ROOT_MULT)
+_PREFIX = tl.constexpr(hashes.PREFIX_MULT)
+_DEPTH = tl.constexpr(hashes.DEPTH_MULT)
+_MIX0 = tl.constexpr(hashes.MIX_MULTS[0])
+_MIX1 = tl.constexpr(hashes.MIX_MULTS[1])
+_SALT = tl.constexpr(hashes.LEVEL_SALT)
+_MASK = tl.constexpr(hashes.MASK24)
 _NEVER = tl.constexpr(1 << 30)  # a threshold no 24-bit uniform reaches (padding lanes)
-_OFF = tl.constexpr(spec.OFF_LOGIT)
-_FLOOR_HASH = tl.constexpr(spec.FLOOR_HASH)
-_FLOOR_SHIFT = tl.constexpr(spec.FLOOR_SHIFT)
-_FLOOR_TOP = tl.constexpr(spec.FLOOR_LEVELS - 1)
+_OFF = tl.constexpr(OFF_LOGIT)
+_FLOOR_HASH = tl.constexpr(hashes.FLOOR_HASH)
+_FLOOR_SHIFT = tl.constexpr(hashes.FLOOR_SHIFT)
+_FLOOR_TOP = tl.constexpr(hashes.FLOOR_LEVELS - 1)
 
 
 @triton.jit
 def _uniform(h):
-    """The 24-bit uniform of a row hash input (``DrafterTestHook._uniforms``)."""
+    """The 24-bit uniform of a row hash input (``hashes.uniforms``)."""
     h = (h ^ (h >> 16)) * _MIX0
     h = (h ^ (h >> 16)) * _MIX1
     return (h >> 20) & _MASK
@@ -43,7 +44,7 @@ def _uniform(h):
 
 @triton.jit
 def _floor(v):
-    """float32 floor logits of token ids ``v`` (``test_hook.floor_logits``, bit for bit)."""
+    """float32 floor logits of token ids ``v`` (``hashes.floor_logits``, bit for bit)."""
     u = ((v.to(tl.int64) * _FLOOR_HASH) & 0xFFFFFFFF) >> _FLOOR_SHIFT
     level = tl.minimum(u, _FLOOR_TOP).to(tl.float32)
     return tl.where(level < 16, _OFF - 0.125 * level, -32.0 - 0.25 * (level - 16))
