@@ -32,7 +32,9 @@ class TestOpenLoop:
         for rate in (2.0, 1000.0):
             mine = sorted((r for r in requests if r["cell"]["request_rate"] == rate), key=lambda r: r["index"])
             assert [r["arrival_s"] for r in mine] == load.arrival_offsets(8, rate, 1)
-            assert all(r["start"] - mine[0]["start"] >= r["arrival_s"] - 0.02 for r in mine)  # thread start jitter
+            # paced, not sent at once: none leaves before its arrival (less the first one's start delay,
+            # up to a few hundred ms on a loaded CI machine)
+            assert all(r["start"] - mine[0]["start"] >= r["arrival_s"] - mine[0]["arrival_s"] - 0.3 for r in mine)
         slow, fast = summarize(records)
         assert (slow.cell.request_rate, fast.cell.request_rate) == (2.0, 1000.0)
         assert fast.in_flight > 2 * slow.in_flight and fast.tpot_ms.p50 > 2 * slow.tpot_ms.p50
