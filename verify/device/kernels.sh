@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device run for the fused DDTree kernels (issue 6). From the repository root:
+# Device run for the fused DDTree kernels. From the repository root:
 #
 #   bash verify/device/kernels.sh tests   # top-K GPU correctness tests + pytest-benchmark smoke (~3-5 min)
 #   bash verify/device/kernels.sh tree    # tree/verify kernel GPU tests, then bench_tree at bs 32, B 256,
