@@ -82,4 +82,4 @@ def test_the_checks_can_fail() -> None:
     assert UPSTREAM_ISSUE.search("NVIDIA/nccl-tests issue #212")
     assert not UPSTREAM_ISSUE.search("as issue 20 asks")
     assert DOC_PATH.findall("see docs/NOPE.md, DeepEP (docs/legacy.md)") == ["NOPE.md"]
-    assert MD_LINK.findall("[a](docs/X.md#part) and ![b](perf/y.png)") == ["docs/X.md", "perf/y.png"]
+    assert MD_LINK.findall("[a](docs/X.md#part) and ![b](img/y.png)") == ["docs/X.md", "img/y.png"]
