@@ -1,6 +1,6 @@
 """Acceptance recordings: per round and request, the tree nodes the walk accepted (JSONL, schema 1).
 
-Nodes are numbered in best-first pop order (ddtree-spec.md §2.4), so the tree of any budget
+Nodes are numbered in best-first pop order (docs/SPEC.md §2.4), so the tree of any budget
 B' <= B is the first B' + 1 rows of the tree of B, and the accepted path's node ids increase
 along the path. One recording at budget B therefore tells, for every B' <= B, what B' would have
 accepted on the same drafter rows: ``1 + #(path ids <= B')`` (``repro tau``, ``repro tune``).

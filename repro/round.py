@@ -115,7 +115,7 @@ class DraftBuffers:
 
 
 class DraftTail:
-    """Top-K -> tree -> verify inputs of one drafter pass (ddtree-spec.md §2-3).
+    """Top-K -> tree -> verify inputs of one drafter pass (docs/SPEC.md §2-3).
 
     Runs wherever the engine puts it (inside a CUDA graph too: no host sync, fixed shapes, and
     with ``out`` no output allocation). ``logits`` are the drafter rows of this rank's vocabulary

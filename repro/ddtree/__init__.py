@@ -1,6 +1,6 @@
 """DDTree: draft trees from one block-diffusion drafter pass, verified in one target forward.
 
-Behavioural contract: ddtree-spec.md. Imports only torch and the standard library: no engine
+Behavioural contract: docs/SPEC.md. Imports only torch and the standard library: no engine
 code, no files, no environment variables. ``reference`` (the heap oracle) is deliberately not
 re-exported: tests and ``repro golden`` import it by name.
 """

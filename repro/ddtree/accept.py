@@ -1,4 +1,4 @@
-"""Accept and commit after the target's verify (ddtree-spec.md §4-5), the reference of one launch.
+"""Accept and commit after the target's verify (docs/SPEC.md §4-5), the reference of one launch.
 
 ``accept`` walks every tree with the target's tokens and returns, per request, what an engine
 commits: the accepted path, tau, the bonus, the emitted tokens, the verify rows whose hidden

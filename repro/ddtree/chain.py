@@ -1,7 +1,7 @@
 """What the DFLASH chain would have accepted on a DDTree round's drafter rows.
 
 DFLASH drafts the rank-0 token of every depth, ``ids[:, d-1, 0]`` of the round's top-K (the
-argmax; ties go to the smaller id, as ``torch.argmax`` and ddtree-spec.md §2.1 agree). That chain
+argmax; ties go to the smaller id, as ``torch.argmax`` and docs/SPEC.md §2.1 agree). That chain
 is the tree path of rank tuple ``(0, 0, ...)``; the tree holds its first ``in_tree`` nodes. The
 target's token at a node depends only on the node's path, so two per-round fields decide, or
 bound, the chain's acceptance (the rule is ``repro.tuning.acceptance.chain_tau``):

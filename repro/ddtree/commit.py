@@ -1,4 +1,4 @@
-"""Commit after the walk (ddtree-spec.md §5): what to emit, and which hidden rows feed the drafter.
+"""Commit after the walk (docs/SPEC.md §5): what to emit, and which hidden rows feed the drafter.
 
 Both return padded [bs, L+1] tensors (NOT_ACCEPTED past tau) and never sync; ``repro.ddtree.accept``
 builds the commit from them (and keeps the path's KV slots). Stop tokens and max_new_tokens are

@@ -1,7 +1,7 @@
 """The faithful oracle: one request at a time, a best-first heap, plain Python loops.
 
 Imported only by tests and by ``repro golden``; never on a hot path. Each function follows
-ddtree-spec.md literally so that the batched code in tree.py / tensors.py / walk.py can be
+docs/SPEC.md literally so that the batched code in tree.py / tensors.py / walk.py can be
 checked against it.
 """
 

@@ -1,4 +1,4 @@
-"""Verification tensors of a tree in SGLang's layouts (ddtree-spec.md §3, sglang-notes.md).
+"""Verification tensors of a tree in SGLang's layouts (docs/SPEC.md §3, docs/SGLANG-DESIGN.md).
 
 Every function is batched and sync-free; variable-length outputs take their total length from
 the caller (SGLang knows ``seq_lens_sum`` on the host), never from a device read.

@@ -1,4 +1,4 @@
-"""Per-depth top-K of the drafter distribution, exact to the spec's tie order (ddtree-spec.md §2.1).
+"""Per-depth top-K of the drafter distribution, exact to the spec's tie order (docs/SPEC.md §2.1).
 
 Order: float32 logit descending, equal logits by ascending token id. log_softmax is monotone in
 the logit, so this is the order of the exact log-probabilities; we never let float32 rounding of

@@ -1,4 +1,4 @@
-"""Batched DDTree construction: the best ``B`` prefixes over all depths (ddtree-spec.md §2).
+"""Batched DDTree construction: the best ``B`` prefixes over all depths (docs/SPEC.md §2).
 
 Tensor formulation of the reference best-first heap, with no per-request Python loop and no
 host synchronisation (every shape depends only on ``bs``, ``L``, ``K`` and ``B``):

@@ -3,7 +3,7 @@
 Shapes: ``bs`` requests, ``L`` draft positions (the horizon, block size - 1), ``V`` vocabulary,
 ``K`` ranks kept per depth, ``B`` budget (non-root nodes), ``N = B + 1`` verify rows per request.
 Node 0 of every tree is the root (the previous round's bonus token); nodes are in best-first pop
-order, so ``parents[b, i] < i`` for every real node (ddtree-spec.md §2.4).
+order, so ``parents[b, i] < i`` for every real node (docs/SPEC.md §2.4).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ NOT_ACCEPTED = -1  # accept_index[] / accepted_rows[] padding past tau
 class TopK:
     """The top-K tokens of every drafter row, ordered by logit descending, ties by ascending id.
 
-    log q_d(token) = logits - lse (ddtree-spec.md §2.1). ``ids`` are global vocabulary ids, also
+    log q_d(token) = logits - lse (docs/SPEC.md §2.1). ``ids`` are global vocabulary ids, also
     when the rows came from a vocabulary shard.
     """
 
@@ -97,7 +97,7 @@ class DraftTree:
 
 @dataclass(frozen=True)
 class VerifyTensors:
-    """What the target's verify forward consumes, in SGLang's layouts (sglang-notes.md)."""
+    """What the target's verify forward consumes, in SGLang's layouts (docs/SPEC.md §3)."""
 
     input_ids: torch.Tensor  # [bs*N] int64; padding rows carry pad_token
     positions: torch.Tensor  # [bs*N] int64; prefix_len + depth
@@ -110,7 +110,7 @@ class VerifyTensors:
 
 @dataclass(frozen=True)
 class WalkResult:
-    """The accepted path of every request (ddtree-spec.md §4)."""
+    """The accepted path of every request (docs/SPEC.md §4)."""
 
     accept_index: torch.Tensor  # [bs, L+1] int64; node ids root first, NOT_ACCEPTED padded
     accept_len: torch.Tensor  # [bs] int64; tau = accepted drafts + 1

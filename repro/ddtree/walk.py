@@ -1,4 +1,4 @@
-"""The acceptance walk and the target's per-node token choice (ddtree-spec.md §4).
+"""The acceptance walk and the target's per-node token choice (docs/SPEC.md §4).
 
 The walk is lossless at any temperature: the target picks one token per node under that node's
 ancestor-only context (argmax at T = 0, a sample of its own decoding rule at T > 0) and the walk

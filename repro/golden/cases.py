@@ -29,7 +29,7 @@ KIND = "ddtree-case"  # manifest entries of other kinds (kernel goldens) are che
 KERNEL_KIND = "sglang-kernels"  # outputs of the pinned SGLang's kernels on one SM (verify/sglang)
 REGEN_COMMAND = "repro golden regen"
 
-# the spec's worked example (ddtree-spec.md §6): drafter probabilities per depth
+# the spec's worked example (docs/SPEC.md §6): drafter probabilities per depth
 WORKED_Q = [[0.05, 0.60, 0.25, 0.07, 0.03], [0.50, 0.04, 0.10, 0.30, 0.06], [0.08, 0.70, 0.12, 0.06, 0.04]]
 WORKED_TARGETS = [[2, 0, 9, 9, 9, 9, 9], [1, 3, 9, 9, 9, 1, 4]]
 
@@ -42,7 +42,7 @@ OUTPUTS = (
 
 @dataclass(frozen=True)
 class CaseSpec:
-    """How one case's inputs are made: a logits family, its sizes and the seed."""
+    """How one case's inputs are made: a logits family, its sizes and its RNG seed."""
 
     name: str
     family: str  # worked-example | ties | flat | peaked | random | float | certain | tiny-vocab

@@ -179,7 +179,7 @@ def topk_vs_batch(rows: list[dict[str, Any]], path: Path) -> str | None:
                 ax.plot(*zip(*pts, strict=True), marker=marker, linestyle=style, label=label)
         targets = [(r["bs"], r["target_us"]) for r in here if "target_us" in r]
         if targets:
-            ax.plot(*zip(*targets, strict=True), "kx", markersize=9, label="target (issue 6)")
+            ax.plot(*zip(*targets, strict=True), "kx", markersize=9, label="target")
         _log2_axis(ax, [r["bs"] for r in here])
         ax.set_yscale("log")
         ax.set_xlabel("batch size (rows = 15 x bs)")

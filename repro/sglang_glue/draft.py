@@ -3,7 +3,7 @@
 Each tensor-parallel rank holds rows ``[start, start + num_org)`` of the LM head. It computes the
 logits of its own shard only; ``repro.round.DraftTail.topk`` then takes that shard's top-K with
 global ids and the ranks exchange only those ``K`` candidates and one logsumexp per row, never
-the full ``[bs, L, V]`` logits (sglang-notes.md, "drafting").
+the full ``[bs, L, V]`` logits (docs/SGLANG-DESIGN.md, "What a tree breaks in DFlash").
 """
 
 from __future__ import annotations

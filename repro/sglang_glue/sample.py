@@ -1,4 +1,4 @@
-"""The target's token at every tree node from SGLang's sampling parameters (ddtree-spec.md §4).
+"""The target's token at every tree node from SGLang's sampling parameters (docs/SPEC.md §4).
 
 Greedy batches take the argmax. Otherwise every node gets its own sample of the target's rule
 (``repro.ddtree.sample_target_tokens``: an exponential race, no host sync): with no top-k/top-p

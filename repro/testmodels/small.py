@@ -2,8 +2,8 @@
 
 *Planted* Qwen3 target (repro.testmodels.planted): inert layers, one-hot embeddings and a planted
 LM head, so its greedy next token is a known function of the context with large logit margins
-and token-for-token equality tests are meaningful in bf16 (random weights give near-ties, see
-device-notes). The model is deliberately blind to attention (a bigram); the random-weight target
+and token-for-token equality tests are meaningful in bf16 (random weights give near-ties,
+docs/GPU-NOTES.md). The model is deliberately blind to attention (a bigram); the random-weight target
 below is the one whose outputs depend on the whole context (attention masks, KV commit),
 compared up to bf16 ties.
 

@@ -50,7 +50,7 @@ from verify.kernel_cases import make_logits
 HORIZON = 15
 HBM_BYTES_PER_S = 4.3e12
 ROTATE_BYTES = 256 << 20
-TARGETS_US = {1: 20.0, 8: 28.0, 32: 75.0, 64: 150.0}  # issue 6, at V 163840 and K <= 256
+TARGETS_US = {1: 20.0, 8: 28.0, 32: 75.0, 64: 150.0}  # the latency targets, at V 163840 and K <= 256 (docs/PERFORMANCE.md)
 TARGET_VOCAB, TARGET_K = 163840, 256
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 

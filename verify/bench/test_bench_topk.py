@@ -1,6 +1,6 @@
 """pytest-benchmark timings of the fused top-K + lse kernel beside the torch paths it replaces.
 
-Drafter logits ``[bs * 15, 163840]`` bf16, K 256 (issue 6). Host-timed calls with a device sync,
+Drafter logits ``[bs * 15, 163840]`` bf16, K 256. Host-timed calls with a device sync,
 so launch overhead is included; ``python -m verify.bench.bench_topk`` writes the full table with
 CUDA-graph timings, the HBM floor and the tunable sweep.
 """

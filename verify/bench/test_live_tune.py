@@ -1,4 +1,5 @@
-"""Live tune tier: `repro tune` on the one-H200 test profile, judged by issue 22's acceptance.
+"""Live tune tier: `repro tune` on the one-H200 test profile, judged by the tuning acceptance bounds
+(repro/tuning/recommend.py).
 
 It sweeps AR, DFLASH and DDTREE (fitted budgets 8, 32, 128; held out 16, 64) at c = 1 and 4 with
 the DDTREE servers recording their acceptance, predicts every budget, measures the recommended ones

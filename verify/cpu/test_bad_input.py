@@ -1,4 +1,4 @@
-"""Regression tests of issue 21: bad input and faults give one clear line, lose nothing, and cannot
+"""Regression tests: bad input and faults give one clear line, lose nothing, and cannot
 make a server listen beyond 127.0.0.1. One test (or one parametrized row) per example found.
 
 Most run `repro.cli.main` in-process on the workspace of verify/cli_inputs.py (valid everywhere

@@ -1,4 +1,4 @@
-"""Property tests of issue 21: every verb, fed random bytes, TOML, JSON or JSONL in each file it reads
+"""Property tests of the command line: every verb, fed random bytes, TOML, JSON or JSONL in each file it reads
 and random values for the flags a user types, ends with its documented exit code (2 for bad input),
 one stderr line and no traceback, and leaves every file that existed before byte-identical.
 

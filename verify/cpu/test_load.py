@@ -91,7 +91,7 @@ class TestArrivals:
         assert arrival_offsets(10, 6.0, 42) == [0.0, *np.cumsum(gaps).tolist()]
 
     def test_a_resume_with_another_seed_is_refused(self, tmp_path: Path) -> None:
-        """Recorded open-loop arrivals that the seed now would not draw are refused naming --seed."""
+        """Recorded open-loop arrivals that another --seed drew are refused naming --seed."""
         records = run(tmp_path, _Client(0.001), OPEN, 3, seed=1)
         check_arrivals(records, {OPEN.key: OPEN}, 1, tmp_path)
         with pytest.raises(UsageError, match=r"arrivals another --seed drew; pass the --seed"):

@@ -1,4 +1,4 @@
-"""The full-size targets' tau floors follow from their drafter profiles' fits (issue 20).
+"""The full-size targets' tau floors follow from their drafter profiles' fits.
 
 A served tau on a planted target is the simulated tau of its hook profile up to sampling noise and
 the max-new-tokens cut, so each floor is 0.9x the fit file's check tau (DFLASH at the profile's

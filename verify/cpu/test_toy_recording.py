@@ -1,4 +1,4 @@
-"""Issue 22's acceptance on the toy: tau for every budget from one B = 256 recording.
+"""The tuning acceptance bounds on the toy: tau for every budget from one B = 256 recording.
 
 One greedy B = 256 decode of the toy pair is recorded through `repro.recording` (the file is read
 back with `repro.tuning.acceptance`). In every round the hook also builds the trees of B' = 1, 4, 16, 64
@@ -27,7 +27,7 @@ from repro.tuning.acceptance import chain_tau, read_recordings, tau_at
 
 BUDGET, SMALL = 256, (1, 4, 16, 64)
 BATCH, NEW_TOKENS, SEED = 32, 160, 11
-TOLERANCE = 0.05  # issue 22: separate decodes within 5% of the offline figure
+TOLERANCE = 0.05  # separate decodes within 5% of the offline figure
 MIN_SIGMAS = 3.5  # the tolerance must be at least this many standard errors of the difference
 
 

@@ -1,5 +1,5 @@
 """The batched DDTree path on CUDA: same results as on CPU and the golden set, no host sync,
-and CUDA-graph replay identical to eager (issues 2 and 6)."""
+and CUDA-graph replay identical to eager."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The acceptance Recorder on CUDA: no host sync on the round, batches written once their copies
-complete, and the same lines as the CPU path (issue 22)."""
+complete, and the same lines as the CPU path."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A DDTree round on CUDA (issue 19): the fused tail and accept equal the torch path, the tail
+"""A DDTree round on CUDA: the fused tail and accept equal the torch path, the tail
 replays inside a CUDA graph, and whole rounds over an engine with SGLang's layouts (a slot
 table, a flat FULL mask, static buffers) run with no host synchronisation and stay lossless."""
 

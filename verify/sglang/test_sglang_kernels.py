@@ -6,7 +6,7 @@
 - ``sgl_kernel.verify_tree_greedy`` on repro.ddtree's pointers vs ``repro.ddtree.walk``: exact.
 - ``sgl_kernel.tree_speculative_sampling_target_only`` (draft probs 0, thresholds 1) on the same
   pointers: the first two emitted tokens follow the exact target distribution (chi-square at
-  thresholds.toml [stats].alpha), as ddtree-spec §4 says it must for distinct siblings.
+  thresholds.toml [stats].alpha), as docs/SPEC.md §4 says it must for distinct siblings.
 
 Every kernel output is also written to $REPRO_E2E_OUT/kernels-<sm>.safetensors, and compared
 with the stored golden of this SM when ``golden/kernels/sglang-sm<sm>.safetensors`` exists
