@@ -4,12 +4,14 @@ budget, from a cost model whose parts are each measured.
     repro topology                          # this machine: no GPU / one GPU in one line, else the advice
     repro topology --from TOPO [--gpus-from CSV]   # a saved `nvidia-smi topo -m` (and --query-gpu CSV)
     repro topology --predict PROFILE        # predicted tok/s per configuration x algorithm x budget x c
+    repro topology --predict PROFILE -o DIR # ... and DIR/PROFILE.md (table, advice, observations) + .png
     repro topology --measure [-o FILE]      # this box's all-reduce at the decode sizes (2+ local GPUs)
 
 Modules: ``detect`` (the box from nvidia-smi), ``collectives`` (what SGLang 0.5.17 runs, with file:line,
 and repro/data/collectives.toml's timings), ``spread`` (experts per GPU under TP / EP), ``compute``
 (per-GPU bytes, FLOPs and time), ``model`` (a round, tok/s), ``checks`` (fits and held-out checks on
-the one-GPU measurements), ``measure`` (--measure), ``advice`` (the text), ``plots``.
+the one-GPU measurements), ``measure`` (--measure), ``advice`` (the text), ``page`` (--predict's
+markdown), ``plots``.
 
 ``--predict`` and the advice on a box take the per-GPU compute calibration from ``--compute`` (a
 verify/bench/share_cost.py result; else repro.topology.compute.DEFAULT, the fit of the committed
@@ -50,8 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--spread", choices=SPREAD_CHOICES, default="skewed",
                         help="router spread of the prediction (default skewed: Dirichlet(0.3) expert popularity)")
     parser.add_argument("--measure", action="store_true", help="measure this box's all-reduce (2 or more local GPUs)")
-    parser.add_argument("-o", "--output", type=Path, default=None, metavar="FILE",
-                        help="where --measure writes its JSON (default topology-measure.json)")
+    parser.add_argument("-o", "--output", type=Path, default=None, metavar="PATH",
+                        help="--measure: the JSON it writes (default topology-measure.json); --predict: a folder for "
+                             "PROFILE.md and PROFILE.png")
     parser.add_argument("--reps", type=integer(1, 10_000), default=20, help="--measure: timed calls a size (default 20)")
     parser.add_argument("--json", action="store_true", help="print JSON")
 
@@ -240,7 +243,24 @@ def _predict(args: argparse.Namespace) -> int:
         print(json.dumps(pred, indent=1))
     else:
         _print_prediction(pred)
+    if args.output is not None:
+        _write_page(pred, served, args.output, args.compute)
     return 0
+
+
+def _write_page(pred: dict[str, Any], served: Any, folder: Path, compute: Path | None) -> None:
+    """DIR/PROFILE.md (repro.topology.page) and DIR/PROFILE.png (repro.topology.plots)."""
+    import sys
+
+    from repro.files import atomic_output
+    from repro.topology.page import page
+    from repro.topology.plots import prediction_figure
+
+    md = folder / f"{pred['profile']}.md"
+    with atomic_output(md) as tmp:
+        tmp.write_text(page(pred, served, _table(), cal=_calibration(compute)))
+    prediction_figure(pred, folder / f"{pred['profile']}.png")
+    print(f"wrote {md} and {md.with_suffix('.png')}", file=sys.stderr)
 
 
 def main(args: argparse.Namespace) -> int:

@@ -19,6 +19,7 @@ experts and token-expert pairs the measured GPU read and ran), a forward row ``{
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -73,9 +74,14 @@ class Check:
         """Every held-out point within the tolerance."""
         return bool(self.held_out) and self.worst <= self.tolerance
 
+    @property
+    def within(self) -> int:
+        """Held-out points within the tolerance."""
+        return sum(abs(p["error"]) <= self.tolerance for p in self.held_out)
+
     def summary(self) -> str:
         """One line."""
-        within = sum(abs(p["error"]) <= self.tolerance for p in self.held_out)
+        within = self.within
         return (f"{self.name}: {within} of {len(self.held_out)} held-out points within {self.tolerance:.0%} "
                 f"(worst {self.worst:.1%}; fitted on {self.fitted})")
 
@@ -258,23 +264,24 @@ def _tokens(row: dict[str, Any], block: int) -> int:
 
 
 def fit_host(rows: list[dict[str, Any]], gpu_ms: Callable[[dict[str, Any]], float], block: int,
-             *, per_token: bool = False) -> HostTime:
+             *, per_root: bool = False) -> HostTime:
     """Host ms per algorithm: a base each (the mean of served round - the model's GPU time), and with
-    ``per_token`` one ms per verified token shared by all (non-negative least squares)."""
+    ``per_root`` one ms per square root of the verified tokens shared by all (non-negative least
+    squares; model.HostTime)."""
     algorithms = sorted({r["algorithm"] for r in rows})
-    fit = [([1.0 * (r["algorithm"] == a) for a in algorithms] + ([float(_tokens(r, block))] if per_token else []),
+    fit = [([1.0 * (r["algorithm"] == a) for a in algorithms] + ([math.sqrt(_tokens(r, block))] if per_root else []),
             r["round_ms"] - gpu_ms(r)) for r in rows]
     coef = fit_linear(fit, scale=[r["round_ms"] for r in rows])  # errors relative to the round
-    slope = coef[-1] if per_token else 0.0
+    slope = coef[-1] if per_root else 0.0
     ms = {a: (round(coef[i], 4), round(slope, 6)) for i, a in enumerate(algorithms)}
     return HostTime(ms, source=f"fitted on {len(rows)} served rounds")
 
 
 def check_served(name: str, rows: list[dict[str, Any]], fit: Callable[[dict[str, Any]], bool],
-                 gpu_ms: Callable[[dict[str, Any]], float], *, block: int, per_token: bool = False,
+                 gpu_ms: Callable[[dict[str, Any]], float], *, block: int, per_root: bool = False,
                  tolerance: float = SERVED_TOLERANCE) -> tuple[HostTime, Check]:
     """Fit host time on the ``fit`` rows; every other row's round against GPU + host."""
-    host = fit_host([r for r in rows if fit(r)], gpu_ms, block, per_token=per_token)
+    host = fit_host([r for r in rows if fit(r)], gpu_ms, block, per_root=per_root)
     held = []
     for r in rows:
         if fit(r) or r["algorithm"] not in host.ms:

@@ -189,6 +189,7 @@ class Table:
     gpus: dict[str, GpuClass]
     fabrics: dict[str, Fabric]
     observations: dict[str, dict[str, Any]] = field(default_factory=dict)
+    comparisons: tuple[dict[str, Any], ...] = ()  # observed figures beside the model's cell (repro.topology.page)
 
     def gpu_for(self, name: str) -> GpuClass | None:
         """The GPU class whose ``match`` occurs in an ``nvidia-smi`` name (longest match wins)."""
@@ -233,7 +234,7 @@ def load_table(path: Path | None = None) -> Table:
     except (KeyError, TypeError, ValueError) as exc:
         msg = f"{where}: malformed table ({type(exc).__name__}: {exc})"
         raise UsageError(msg) from None
-    return Table(gpus, fabrics, data.get("observations", {}))
+    return Table(gpus, fabrics, data.get("observations", {}), tuple(data.get("comparisons", ())))
 
 
 def with_measured(fabric: Fabric, measured: dict[str, Any], path: str) -> Fabric:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -56,24 +57,28 @@ TAU_PROFILE = "kimi-k2.5-dflash-gsm8k"  # repro/data/models/k26-tp8.toml [plant]
 @dataclass(frozen=True)
 class HostTime:
     """What a served round costs beyond the model's forwards, per algorithm: ``base`` ms (scheduling,
-    launches, the drafter's tail) + ``per_token`` ms for each verified token (the logits' processing over
-    the vocabulary, the verify attention over the prefix: work the forward measurements leave out)."""
+    launches, the drafter's tail) + ``per_root`` ms x sqrt(verified tokens). The second term is the GPU
+    and host work the forward measurements leave out (the tree's build and top-K, the verify attention
+    over the prefix, the logits over the vocabulary); it grows with a request's tree but far less than
+    linearly with the batch, since those kernels run the requests side by side: on the served one-GPU
+    rounds a square root, fitted at c 1, predicts c 4 and 16 (docs/TOPOLOGY.md), a linear term
+    over-counts them by up to 39%."""
 
     ms: dict[str, tuple[float, float]]
     source: str = ""
 
     def at(self, algorithm: str, tokens: int) -> float:
         """Ms of one round of ``algorithm`` verifying ``tokens`` tokens (c x N)."""
-        base, per_token = self.ms[algorithm]
-        return base + per_token * tokens
+        base, per_root = self.ms[algorithm]
+        return base + per_root * math.sqrt(tokens)
 
 
 # Fitted by verify/bench/topology_check.py (repro.topology.checks.fit_host) on the full-size k26-tp8 share's
 # served rounds (H200, T 0, docs/perf/fullsize_k26-tp8_h200_2026-12-0*.jsonl.gz) at c 1: AR, DFLASH, DDTREE B 16
-# and B 128, the served round less the model's GPU time (DEFAULT calibration). The per-token ms is the share's
+# and B 128, the served round less the model's GPU time (DEFAULT calibration). The per-root ms is the share's
 # (vocabulary 20480); verify/cpu/test_topology_evidence.py keeps these equal to that fit.
 DEFAULT_HOST = HostTime(
-    {"AR": (0.9663, 0.017226), "DFLASH": (2.4138, 0.017226), "DDTREE": (3.9414, 0.017226)},
+    {"AR": (0.7168, 0.266667), "DFLASH": (1.7973, 0.266667), "DDTREE": (3.1348, 0.266667)},
     source="fitted on the k26-tp8 share's served rounds at c 1 (H200, docs/perf/fullsize_k26-tp8_h200_2026-12-0*)")
 
 

@@ -68,3 +68,28 @@ def share_cost_figure(rows: list[dict[str, Any]], path: Path, *, title: str = ""
         fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)
     return None
+
+
+def prediction_figure(pred: dict[str, Any], path: Path) -> None:
+    """One panel per concurrency: predicted tok/s of each configuration across AR, DFLASH and DDTREE's budgets."""
+    from repro.topology.advice import cell_label, name
+
+    plt = _pyplot()
+    levels = sorted({r["concurrency"] for r in pred["rows"]})
+    fig, axes = plt.subplots(1, len(levels), figsize=(5.5 * len(levels), 4.2), squeeze=False)
+    for ax, c in zip(axes[0], levels, strict=True):
+        for i, config in enumerate(pred["configs"]):
+            mine = [r for r in pred["rows"] if r["config"] == config and r["concurrency"] == c]
+            ax.plot(range(len(mine)), [r["tok_s"] for r in mine], marker="o", ms=3, color=f"C{i}",
+                    label=name(config, pred["gpus"]))
+            ax.set_xticks(range(len(mine)), [cell_label(r).replace("DDTREE ", "") for r in mine], rotation=45,
+                          fontsize=7)
+        ax.set_title(f"c {c}", fontsize=9)
+        ax.set_ylabel("predicted tok/s")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"{pred.get('profile', '')} {pred['box']}: predicted tok/s ({pred['spread']} router)", fontsize=10)
+    fig.tight_layout()
+    with atomic_output(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
+    plt.close(fig)

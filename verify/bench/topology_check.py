@@ -9,9 +9,10 @@ Three checks (repro.topology.checks), each fitted on some points and judged on t
 - forward: the k26-tp8 share's whole forward (verify_cost.py, random tokens), fitted on N a power of
   two, N + 1 held out: within 10% (reported beside, the model's transfer step);
 - served: TP1 rounds of the full-size k26-tp8 and qwen3-8b targets and the 4-layer target (repro bench
-  results): GPU time from the model, host time (a base per algorithm and one per verified token)
-  fitted at c 1 on AR, DFLASH and DDTREE at the smallest budget and B 128, every other cell (c 4 and 16,
-  the other budgets) held out: within 15%.
+  results): GPU time from the model, host time (a base per algorithm and one per square root of the
+  verified tokens: model.HostTime) fitted at c 1 on AR, DFLASH and DDTREE at the smallest budget and
+  B 128, every other cell (c 4 and 16, the other budgets) held out: within 15%. Where a target cannot
+  meet 15% for a measured reason, its line also gives the bar it can meet (``BARS``) and whether it does.
 
 Inputs default to the committed files under docs/perf; the JSON holds every held-out point.
 """
@@ -40,6 +41,32 @@ SERVED = {  # target: (profile, files, prompt set at c > 1, model table)
     "4-layer": ("test-h200-tp1", [PERF / "bench_h200_tp1_2026-12-01.jsonl.gz"], None, "small-qwen3"),
 }
 FIT_BUDGET = 16
+ROUND_REPEATS = sorted(PERF.glob("served_round_h200_2026-12-02*.jsonl.gz"))
+
+
+def round_spread(paths: list[Path] = ROUND_REPEATS) -> float:
+    """The 4-layer target's run-to-run spread: the largest max / min - 1 of one configuration's repeated
+    steady-state rounds at one batch size (verify/bench/served_round.py results)."""
+    import gzip
+
+    runs: dict[tuple[str, int], list[float]] = {}
+    for path in paths:
+        with gzip.open(path, "rt") as f:
+            for line in f:
+                r = json.loads(line)
+                if r.get("phase") == "steady":
+                    runs.setdefault((r["config"], int(r["bs"])), []).append(float(r["ms_per_round"]))
+    return max(max(v) / min(v) - 1 for v in runs.values() if len(v) > 1)
+
+
+def bars() -> dict[str, tuple[float, str]]:
+    """The bar each served target can meet, where 15% is out of reach, and why (docs/TOPOLOGY.md)."""
+    from repro.topology import TP_EP_TOLERANCE
+
+    forward = (TP_EP_TOLERANCE, ("the model's stated tolerance: its misses are the GPU model's, measured in the "
+                                 "forward (k26-tp8, T 4-32) and in the busy profile (qwen3-8b, B 512)"))
+    return {"k26-tp8": forward, "qwen3-8b": forward,
+            "4-layer": (round(round_spread(), 2), "the round is host time; the run-to-run spread of repeated rounds")}
 
 
 def share_held_out(row: dict[str, Any]) -> bool:
@@ -135,6 +162,7 @@ def run(shares_path: Path | None) -> dict[str, Any]:
     out["forward"] = fwd.as_dict()
     out["calibration"] = cal.as_dict()
     served = {}
+    bar_of = bars()
     for name, (profile, files, prompts, model) in SERVED.items():
         t, d = _targets(model)
         model_cal = cal if t.experts else _dense_calibration(t)
@@ -146,8 +174,10 @@ def run(shares_path: Path | None) -> dict[str, Any]:
         def gpu(row: dict[str, Any], t=t, d=d, c=model_cal, distinct=distinct) -> float:
             return checks.served_gpu_ms(t, d, c, row, *H200, distinct=distinct)
 
-        host, check = checks.check_served(name, rows, served_fit, gpu, block=d.block, per_token=True)
-        served[name] = {"host_ms": host.ms, **check.as_dict()}
+        host, check = checks.check_served(name, rows, served_fit, gpu, block=d.block, per_root=True)
+        bar, why = bar_of[name]
+        served[name] = {"host_ms": host.ms, **check.as_dict(), "within": check.within,
+                        "bar": {"tolerance": bar, "reason": why, "passed": check.worst <= bar}}
     out["served"] = served
     return out
 
@@ -168,8 +198,10 @@ def summary(result: dict[str, Any]) -> list[str]:
     f = result["forward"]
     lines.append(f"{f['name']}: worst {f['worst']:.1%} over {len(f['held_out'])} held out, {'PASS' if f['passed'] else 'FAIL'}")
     for name, s in result["served"].items():
-        lines.append(f"{name} served round: worst {s['worst']:.1%} over {len(s['held_out'])} held out, "
-                     f"{'PASS' if s['passed'] else 'FAIL'} (host ms {s['host_ms']})")
+        bar = s["bar"]
+        lines.append(f"{name} served round: {s['within']} of {len(s['held_out'])} held out within {s['tolerance']:.0%}, "
+                     f"worst {s['worst']:.1%}, {'PASS' if s['passed'] else 'FAIL'}; bar {bar['tolerance']:.0%} "
+                     f"({bar['reason']}): {'PASS' if bar['passed'] else 'FAIL'} (host ms {s['host_ms']})")
     return lines
 
 

@@ -208,7 +208,7 @@ class TestChecks:
         assert cal.moe_for(256).bw_eff == pytest.approx(0.4) and cal.moe_for(2048).bw_eff == pytest.approx(0.7)
 
     def test_served_check_on_synthetic_rounds(self) -> None:
-        """Host time (a base per algorithm, one ms per verified token) fitted at c 1 on two budgets predicts
+        """Host time (a base per algorithm, one ms per root of the verified tokens) fitted at c 1 on two budgets predicts
         c 4 / 16 and the other budgets; a slow round fails 15%."""
         def gpu(r: dict) -> float:
             return 3.0 + 0.05 * r["concurrency"] * (r.get("budget") or 1)
@@ -219,13 +219,13 @@ class TestChecks:
         rows = [{"algorithm": a, "budget": b, "concurrency": c}
                 for a, b in (("AR", None), ("DDTREE", 16), ("DDTREE", 64), ("DDTREE", 128)) for c in (1, 4, 16)]
         for r in rows:
-            r["round_ms"] = gpu(r) + {"AR": 0.5, "DDTREE": 2.0}[r["algorithm"]] + 0.01 * tokens(r)
+            r["round_ms"] = gpu(r) + {"AR": 0.5, "DDTREE": 2.0}[r["algorithm"]] + 0.01 * tokens(r) ** 0.5
         fit = lambda r: r["concurrency"] == 1 and r["budget"] in (None, 16, 128)  # noqa: E731
-        host, check = checks.check_served("synthetic", rows, fit, gpu, block=8, per_token=True)
+        host, check = checks.check_served("synthetic", rows, fit, gpu, block=8, per_root=True)
         assert host.ms["DDTREE"] == pytest.approx((2.0, 0.01), rel=1e-3) and check.passed and check.worst < 1e-6
         assert len(check.held_out) == len(rows) - 3
         rows[-1]["round_ms"] *= 1.3
-        assert not checks.check_served("synthetic", rows, fit, gpu, block=8, per_token=True)[1].passed
+        assert not checks.check_served("synthetic", rows, fit, gpu, block=8, per_root=True)[1].passed
         const, _ = checks.check_served("synthetic", rows, fit, gpu, block=8)
         assert const.ms["AR"][1] == 0.0
 
