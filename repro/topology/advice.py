@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from repro.algorithms import AR, DDTREE
 from repro.topology.model import CONCURRENCY, Box, best
 
 NAMES = {"tp": "TP8", "ep": "TP8 + EP8 (a2a none)", "deepep": "TP8 + EP8 (DeepEP)"}
@@ -25,7 +26,7 @@ def cell_label(row: dict[str, Any]) -> str:
 
 def collectives_line(box: Box, rows: list[dict[str, Any]], config: str) -> str:
     """What ``config`` runs a round at c 1 (AR) and how long, in one sentence."""
-    r = next(r for r in rows if r["config"] == config and r["algorithm"] == "AR" and r["concurrency"] == 1)
+    r = next(r for r in rows if r["config"] == config and r["algorithm"] == AR and r["concurrency"] == 1)
     ar = [c for c in r["collectives"] if c["op"] == "all-reduce"]
     count = sum(c["count"] for c in ar)
     impl = sorted({c["impl"] for c in ar})
@@ -73,7 +74,7 @@ def budget_lines(box: Box, rows: list[dict[str, Any]], configs: list[str]) -> li
 
 def allreduce_bound(rows: list[dict[str, Any]]) -> str:
     """Where DDTREE's verify turns collective-bound (the collectives over half the round)."""
-    bound = [r for r in rows if r["config"] == "tp" and r["algorithm"] == "DDTREE"
+    bound = [r for r in rows if r["config"] == "tp" and r["algorithm"] == DDTREE
              and r["collectives_ms"] > 0.5 * r["round_ms"]]
     if not bound:
         return "no DDTREE cell spends half its round in collectives under TP"

@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from repro.algorithms import AR, DFLASH
 from repro.errors import UsageError
 from repro.topology.compute import (
     BF16,
@@ -248,18 +249,18 @@ def served_gpu_ms(target: Target, drafter: Drafter | None, cal: Calibration, row
     """The model's GPU ms of one served round at TP1: the verify of c x N tokens (the experts of the
     ``distinct`` ones: the planted router routes by token) and the drafter's forward (DFLASH / DDTREE)."""
     c = int(row["concurrency"])
-    n = {"AR": 1, "DFLASH": drafter.block if drafter else 1}.get(row["algorithm"], int(row.get("budget") or 0) + 1)
+    n = {AR: 1, DFLASH: drafter.block if drafter else 1}.get(row["algorithm"], int(row.get("budget") or 0) + 1)
     w = target_work(target, "tp", 1, c * n, context=context, requests=c, spread_kind="planted",
                     distinct=max(int(distinct(row)), 1))
     us = forward_us(cal, w, hbm_tb_s, tflops)
-    if row["algorithm"] != "AR" and drafter is not None:
+    if row["algorithm"] != AR and drafter is not None:
         us += forward_us(cal, drafter_work(drafter, target, 1, c, context=context), hbm_tb_s, tflops)
     return us / 1e3
 
 
 def _tokens(row: dict[str, Any], block: int) -> int:
     """c x N of a served row (N: 1, the block, or B + 1)."""
-    n = {"AR": 1, "DFLASH": block}.get(row["algorithm"], int(row.get("budget") or 0) + 1)
+    n = {AR: 1, DFLASH: block}.get(row["algorithm"], int(row.get("budget") or 0) + 1)
     return int(row["concurrency"]) * n
 
 

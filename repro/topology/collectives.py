@@ -46,6 +46,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from repro.algorithms import AR, DFLASH
 from repro.errors import UsageError
 
 OPS = ("all-reduce", "all-gather", "reduce-scatter", "dispatch", "combine")
@@ -289,14 +290,14 @@ def target_collectives(config: str, *, hidden: int, vocab: int, layers: int, tok
 def drafter_collectives(algorithm: str, *, hidden: int, layers: int, requests: int, block: int, p: int,
                         budget: int = 0) -> list[Collective]:
     """What a DFlash drafter forward and its tail run on ``p`` GPUs (module docstring)."""
-    if p <= 1 or algorithm == "AR":
+    if p <= 1 or algorithm == AR:
         return []
     tokens = requests * block
     row = BF16 * hidden * tokens
     out = [Collective("all-reduce", row, 1, "drafter embedding (vocab_parallel_embedding.py:569-574)"),
            Collective("all-reduce", row, 2 * layers, "drafter o_proj / down_proj (dflash.py:123, 262)")]
     rows = requests * (block - 1)
-    if algorithm == "DFLASH":
+    if algorithm == DFLASH:
         out.append(Collective("all-gather", 2 * 8 * rows * p, 1, "greedy draft maxima + ids (dflash_worker_v2.py:1003-1004)"))
     else:
         k = max(budget, 1)  # the tail's top-K width is at most the budget

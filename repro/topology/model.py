@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
+from repro.algorithms import AR, DDTREE, DFLASH
 from repro.topology.collectives import (
     Fabric,
     GpuClass,
@@ -48,7 +49,6 @@ from repro.topology.compute import (
     target_work,
 )
 
-ALGORITHMS = ("AR", "DFLASH", "DDTREE")
 BUDGETS = (16, 32, 64, 128, 256, 512)
 CONCURRENCY = (1, 4, 16)
 TAU_PROFILE = "kimi-k2.5-dflash-gsm8k"  # repro/data/models/k26-tp8.toml [plant] hook-profile
@@ -78,7 +78,7 @@ class HostTime:
 # and B 128, the served round less the model's GPU time (DEFAULT calibration). The per-root ms is the share's
 # (vocabulary 20480); verify/cpu/test_topology_evidence.py keeps these equal to that fit.
 DEFAULT_HOST = HostTime(
-    {"AR": (0.7168, 0.266667), "DFLASH": (1.7973, 0.266667), "DDTREE": (3.1348, 0.266667)},
+    {AR: (0.7168, 0.266667), DFLASH: (1.7973, 0.266667), DDTREE: (3.1348, 0.266667)},
     source="fitted on the k26-tp8 share's served rounds at c 1 (H200, docs/perf/fullsize_k26-tp8_h200_2026-12-0*)")
 
 
@@ -107,9 +107,9 @@ class Served:
 
     def tau(self, algorithm: str, budget: int | None) -> float:
         """τ of ``algorithm`` at ``budget`` (interpolated between the profile's budgets)."""
-        if algorithm == "AR":
+        if algorithm == AR:
             return 1.0
-        if algorithm == "DFLASH":
+        if algorithm == DFLASH:
             return self.taus["dflash"]
         known = sorted((int(k), v) for k, v in self.taus.items() if k != "dflash")
         b = int(budget or 0)
@@ -150,7 +150,7 @@ def kimi_k26(expert_bytes: float | None = None) -> Served:
 
 def verify_tokens(algorithm: str, budget: int | None, block: int) -> int:
     """N: tokens a request verifies a round."""
-    return {"AR": 1, "DFLASH": block}.get(algorithm, int(budget or 0) + 1)
+    return {AR: 1, DFLASH: block}.get(algorithm, int(budget or 0) + 1)
 
 
 def predict_round(served: Served, box: Box, config: str, algorithm: str, budget: int | None, concurrency: int, *,
@@ -164,7 +164,7 @@ def predict_round(served: Served, box: Box, config: str, algorithm: str, budget:
     bw, fl = box.gpu.hbm_tb_s, box.gpu.bf16_tflops
     work = target_work(t, config, p, tokens, context=served.context, requests=concurrency, spread_kind=spread)
     target_us = forward_us(cal, work, bw, fl)
-    drafter_us = 0.0 if algorithm == "AR" else forward_us(cal, drafter_work(d, t, p, concurrency,
+    drafter_us = 0.0 if algorithm == AR else forward_us(cal, drafter_work(d, t, p, concurrency,
                                                                             context=served.context), bw, fl)
     graph = tokens <= graph_max_tokens
     plan = target_collectives(config, hidden=t.hidden, vocab=t.vocab, layers=t.layers, tokens=tokens, p=p, topk=t.topk)
@@ -191,7 +191,7 @@ def configs_for(box: Box) -> list[str]:
 
 def cells() -> list[tuple[str, int | None]]:
     """(algorithm, budget) of the prediction table: AR, DFLASH, DDTREE at every BUDGETS."""
-    return [("AR", None), ("DFLASH", None), *(("DDTREE", b) for b in BUDGETS)]
+    return [(AR, None), (DFLASH, None), *((DDTREE, b) for b in BUDGETS)]
 
 
 def predict_table(served: Served, box: Box, *, cal: Calibration = DEFAULT, host: HostTime | None = None,
