@@ -6,7 +6,7 @@ What verify/bench/share_cost.py feeds SGLang's fused MoE for a batch of T tokens
 
 - ``routed_ids``: [T, 8] global expert ids, from the planted router (each distinct token picks the
   top-8 of its column of repro.testmodels.plant.router_weight) or a skewed one (Dirichlet(0.3)
-  popularity, repro.topology.spread);
+  popularity, repro.testmodels.spread);
 - ``ep_local_ids``: the ids a rank's fused MoE sees under EP, SGLang's ``local_expert_mapping``
   (token_dispatcher/standard.py:186-210): rank r owns [r E/p, (r + 1) E/p), its ids shift to
   0 .. E/p - 1 and every other id becomes -1;
@@ -59,7 +59,7 @@ def load_share(name: str) -> Share:
 
 def routed_ids(share: Share, tokens: int, spread: str, layer: int) -> np.ndarray:
     """[tokens, topk] global expert ids of ``tokens`` distinct tokens in one layer ("planted" or "skewed")."""
-    from repro.topology.spread import routing
+    from repro.testmodels.spread import routing
 
     return routing(spread, tokens, share.experts_global, share.topk, layer, share.hidden)
 

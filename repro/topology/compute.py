@@ -37,7 +37,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from repro.topology.spread import Spread, spread
+from repro.testmodels.spread import Spread, spread
 
 BF16 = 2
 INT4_G32 = 0.5 + BF16 / 32  # bytes a parameter: 4 bits + a bf16 scale per 32 weights

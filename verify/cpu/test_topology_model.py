@@ -14,8 +14,8 @@ import pytest
 
 from repro import cli
 from repro.errors import ReproError, UsageError
-from repro.testmodels import shares
-from repro.topology import checks, collectives, compute, measure, model, spread
+from repro.testmodels import shares, spread
+from repro.topology import checks, collectives, compute, measure, model
 from repro.topology.collectives import load_table, target_collectives, with_measured
 
 TABLE = load_table()
@@ -107,8 +107,8 @@ class TestBytes:
         ep = compute.target_work(K26.target, "ep", 8, 513, spread_kind="uniform")
         assert ep.expert_bytes == pytest.approx(tp.expert_bytes)
 
-    def test_the_briefs_per_gpu_bytes(self) -> None:
-        """Per-GPU weight bytes at T 1 near the tp-ep brief's 6.0 (TP8) and 8.1 GB (EP8); DeepEP +4.6 GB."""
+    def test_per_gpu_bytes_at_one_token(self) -> None:
+        """Per-GPU weight bytes at T 1 near 6.0 (TP8) and 8.1 GB (EP8); DeepEP +4.6 GB."""
         gb = {c: (w.dense_bytes + w.moe_layers * w.expert_bytes) / 1e9 for c in compute.CONFIGS
               for w in [compute.target_work(K26.target, c, 8, 1, context=0, spread_kind="uniform")]}
         assert gb["tp"] == pytest.approx(6.0, rel=0.1) and gb["ep"] == pytest.approx(8.1, rel=0.1)

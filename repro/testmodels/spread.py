@@ -11,7 +11,7 @@ Three spreads, simulated with fixed seeds (numpy; deterministic):
 - ``uniform``: each token picks k distinct experts uniformly (independent tokens);
 - ``skewed``: expert popularity Dirichlet(0.3) per layer, each token picks k distinct experts with
   probability proportional to it (the K2-class imbalance; the project's planted trees read about as
-  few experts as this: tp-ep brief, docs/PERFORMANCE.md's 84 / 138 / 195 experts for B 16 / 64 / 128);
+  few experts as this: docs/PERFORMANCE.md's 84 / 138 / 195 experts for B 16 / 64 / 128);
 - ``planted``: the full-size planted targets' router (repro.testmodels.plant.router_weight): token t
   picks the top-k of column ``t mod H``; T distinct columns stand for T distinct tokens.
 """
