@@ -411,6 +411,7 @@ class TestProfileFits:
         for name in fitted:
             assert record["profiles"][name]["targets"] == fit.targets(profiles[name])
 
+    @pytest.mark.slow  # a minute a profile: thousands of rounds through repro.ddtree
     @pytest.mark.parametrize("name", [PAPER, KIMI])
     def test_check_sample_meets_the_targets(self, record, name):
         """Re-simulated on the record's first rounds (repro.ddtree's trees and walk over the hook's
