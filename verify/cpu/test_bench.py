@@ -176,9 +176,10 @@ class TestInterleave:
             assert wall < span
 
     def test_time_limit_then_resume_finishes_interleaved(self, work: Path, capsys) -> None:
-        """--time-limit stops between turns (exit 3); --resume finishes the same cells."""
-        args = bench_args(*self.ARGS, "--max-new-tokens", "48")
-        assert cli.main([*args, "--time-limit", "1.0"]) == 3
+        """--time-limit stops between turns (exit 3); --resume finishes the same cells. The limit
+        leaves the three servers seconds to start on a busy machine; the requests take longer."""
+        args = bench_args(*self.ARGS, "--max-new-tokens", "240")
+        assert cli.main([*args, "--time-limit", "3.0"]) == 3
         assert 0 < len(requests_of(work / "out.jsonl")) < 24
         capsys.readouterr()
         assert cli.main([*args, "--resume"]) == 0
