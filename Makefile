@@ -18,9 +18,10 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)  ## embedded end-to-end DDTree decode on a toy target + drafter (CPU, no download)
 	$(VENV)/bin/repro demo
 
+# The suite runs on every core (pytest-xdist); `-m "not slow"` leaves out the minute-long tests.
 test: $(STAMP)  ## ruff, then the verify suite: every tier this machine supports, the rest skip with a reason
 	$(PY) -m ruff check repro verify
-	HYPOTHESIS_PROFILE=ci $(PY) -m pytest verify --benchmark-skip -q
+	HYPOTHESIS_PROFILE=ci $(PY) -m pytest verify --benchmark-skip -q -n auto
 
 # Every tier this machine supports (tests, then benchmarks: micro, and live ones when GPUs, SGLang
 # and models are there), then the handoff report saying which tiers ran and why others skipped.

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import functools
 import math
+import statistics
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -139,7 +140,7 @@ def _tree_time_us(drafter: ToyDrafter, budget: int) -> float:
         tree = build_trees(logits, budget, torch.zeros(4, dtype=torch.int64), check_finite=False)
         walk(tree, tree.tokens)
         times.append(time.perf_counter() - t0)
-    return sorted(times)[len(times) // 2] * 1e6
+    return statistics.median(times) * 1e6
 
 
 def _print_trees(trees: list, budget: int, limit: int = 24) -> None:

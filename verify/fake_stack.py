@@ -85,12 +85,15 @@ def _record_hash(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
-def wheel(directory: Path, name: str, version: str, files: dict[str, bytes], tag: str = "py3-none-any") -> Path:
-    """A wheel ``name-version-tag.whl`` holding ``files`` plus METADATA, WHEEL and a correct RECORD."""
+def wheel(directory: Path, name: str, version: str, files: dict[str, bytes], tag: str = "py3-none-any",
+          requires: tuple[str, ...] = ()) -> Path:
+    """A wheel ``name-version-tag.whl`` holding ``files`` plus METADATA (``Requires-Dist`` each of
+    ``requires``), WHEEL and a correct RECORD."""
     dist = re.sub(r"[-.]+", "_", name)
     info = f"{dist}-{version}.dist-info"
     members = dict(files)
-    members[f"{info}/METADATA"] = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode()
+    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(f"Requires-Dist: {r}\n" for r in requires)
+    members[f"{info}/METADATA"] = metadata.encode()
     members[f"{info}/WHEEL"] = f"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: {tag}\n".encode()
     record = "".join(f"{k},{_record_hash(v)},{len(v)}\n" for k, v in members.items()) + f"{info}/RECORD,,\n"
     members[f"{info}/RECORD"] = record.encode()
@@ -104,12 +107,18 @@ def wheel(directory: Path, name: str, version: str, files: dict[str, bytes], tag
     return path
 
 
-def lock_text(packages: list[tuple[str, str, list[Path]]]) -> str:
-    """A uv.lock listing each (name, version, wheel files) with the files' real sha256."""
+def lock_text(packages: list[tuple[str, str, list[Path]]], depends: dict[str, list[str]] | None = None,
+              gpu: list[str] | None = None) -> str:
+    """A uv.lock listing each (name, version, wheel files) with the files' real sha256 and its
+    ``depends`` (name -> names); with ``gpu``, the project, whose ``gpu`` extra names those."""
     out = ["version = 1", "revision = 3", 'requires-python = ">=3.11"', ""]
+    if gpu is not None:
+        out += ["[[package]]", 'name = "k26-ddtree-repro"', 'version = "0.1.0"', 'source = { editable = "." }', "",
+                "[package.optional-dependencies]", "gpu = [", *(f'    {{ name = "{n}" }},' for n in gpu), "]", ""]
     for name, version, wheels in packages:
         out += ["[[package]]", f'name = "{name}"', f'version = "{version}"',
-                'source = { registry = "https://example.invalid/simple" }', "wheels = ["]
+                'source = { registry = "https://example.invalid/simple" }',
+                "dependencies = [", *(f'    {{ name = "{n}" }},' for n in (depends or {}).get(name, [])), "]", "wheels = ["]
         for w in wheels:
             digest = hashlib.sha256(w.read_bytes()).hexdigest()
             out.append(f'    {{ url = "https://example.invalid/{w.name}", hash = "sha256:{digest}", '
@@ -175,7 +184,8 @@ def serve_set(root: Path) -> ServeSet:
     """Two fake distributions standing in for sglang-kernel and sglang, cached and locked.
 
     ``fakekernel`` carries ``sgl_kernel`` with the libraries of every target plus an unused one;
-    ``fakeserver`` has a ``multimodal_gen`` subpackage the test stack's trim patterns drop.
+    ``fakeserver`` has a ``multimodal_gen`` subpackage the test stack's trim patterns drop, and
+    depends on ``fakekernel``; the project's ``gpu`` extra names ``fakeserver``.
     """
     libs = root / "libs"
     kernel_files = {
@@ -191,10 +201,11 @@ def serve_set(root: Path) -> ServeSet:
                     "fakeserver/multimodal_gen/__init__.py": b"big = True\n"}
     cache = root / "cache"
     wheels = {"fakekernel": wheel(cache, "fakekernel", "0.4.5", kernel_files, "cp310-abi3-manylinux2014_x86_64"),
-              "fakeserver": wheel(cache, "fakeserver", "1.0", server_files)}
+              "fakeserver": wheel(cache, "fakeserver", "1.0", server_files, requires=("fakekernel",))}
     lock = root / "uv.lock"
     lock.write_text(lock_text([("fakekernel", "0.4.5", [wheels["fakekernel"]]),
-                               ("fakeserver", "1.0", [wheels["fakeserver"]])]))
+                               ("fakeserver", "1.0", [wheels["fakeserver"]])],
+                              depends={"fakeserver": ["fakekernel"]}, gpu=["fakeserver"]))
     python = f"{sys.version_info.major}.{sys.version_info.minor}"
     text = stack_text(python=python, serve=["fakekernel", "fakeserver"], trim=["fakeserver/multimodal_gen/*"])
     return ServeSet(text, cache, lock, wheels)

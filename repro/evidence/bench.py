@@ -37,7 +37,7 @@ from repro.errors import ReproError, UsageError
 from repro.evidence import runconfig
 from repro.evidence.compare import RATIO_HEADERS, latency_ratios, ratio_rows
 from repro.evidence.latency import LATENCY_HEADERS, SPREAD_NOTE, latency_rows
-from repro.evidence.load import Job, Progress, Runner, check_arrivals, warm_up
+from repro.evidence.load import Job, Runner, check_arrivals, progress_bar, warm_up
 from repro.evidence.prompts import PromptSet, load_prompts, request_input, vocab_size
 from repro.evidence.records import APIS
 from repro.evidence.results import (
@@ -300,7 +300,7 @@ def main(args: argparse.Namespace) -> int:
     session = uuid.uuid4().hex
     deadline = time.monotonic() + args.time_limit if args.time_limit else None
     writer = ResultsWriter(args.output, resume=args.resume)
-    runner = Runner(writer, session, Progress(len(work), sum(1 for w in work if w in done)),
+    runner = Runner(writer, session, progress_bar(len(work), sum(1 for w in work if w in done)),
                     deadline, args.seed, flush=args.flush_cache)
     try:
         with sigterm_as_interrupt():

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tqdm import tqdm
 
 from repro.errors import ReproError, UsageError
 from repro.evidence.results import Cell, ResultsWriter
@@ -84,31 +85,10 @@ def check_arrivals(records: list[dict[str, Any]], planned: dict[str, Cell], seed
             raise UsageError(msg)
 
 
-class Progress:
-    """A one-line progress bar on stderr (a line per 10% when stderr is not a terminal)."""
-
-    def __init__(self, total: int, done: int) -> None:
-        self.total, self.done, self.lock = total, done, threading.Lock()
-        self.tty = sys.stderr.isatty()
-        self.shown = -1
-
-    def step(self, label: str) -> None:
-        """Count one finished request of ``label`` and redraw the bar."""
-        with self.lock:
-            self.done += 1
-            frac = self.done / max(self.total, 1)
-            if self.tty:
-                bar = "#" * int(30 * frac)
-                sys.stderr.write(f"\r[{bar:<30}] {self.done}/{self.total} {label:<40.40}")
-            elif int(frac * 10) > self.shown:
-                self.shown = int(frac * 10)
-                sys.stderr.write(f"bench: {self.done}/{self.total} requests ({label})\n")
-            sys.stderr.flush()
-
-    def close(self) -> None:
-        """End the bar's line on a terminal."""
-        if self.tty:
-            sys.stderr.write("\n")
+def progress_bar(total: int, done: int) -> tqdm:
+    """The bench's progress on stderr: requests done of ``total``, ``done`` of them by an earlier run
+    (tqdm; every 30 s where stderr is not a terminal)."""
+    return tqdm(total=total, initial=done, unit="req", desc="bench", mininterval=0.1 if sys.stderr.isatty() else 30)
 
 
 @dataclass
@@ -123,7 +103,7 @@ class _CellRun:
 class Runner:
     """Drives the cells of one server and records every request."""
 
-    def __init__(self, writer: ResultsWriter, session: str, progress: Progress,
+    def __init__(self, writer: ResultsWriter, session: str, progress: tqdm,
                  deadline: float | None, seed: int, *, flush: bool = False) -> None:
         self.writer, self.session, self.progress, self.deadline = writer, session, progress, deadline
         self.seed = seed  # of the open-loop arrivals
@@ -193,7 +173,9 @@ class Runner:
                           spec_verify_ct=done.spec_verify_ct, tau=done.tau, ttft_s=done.ttft_s,
                           latency_s=done.latency_s, chunks=done.chunks, finish_reason=done.finish_reason)
         self.writer.append(record)
-        self.progress.step(f"{cell.profile} {cell.label} {cell.load} T={cell.temperature:g}")
+        with self.progress.get_lock():  # requests end on several threads
+            self.progress.set_postfix_str(f"{cell.profile} {cell.label} {cell.load} T={cell.temperature:g}", refresh=False)
+            self.progress.update()
 
 
 def _death(client: Client, server: SGLangServer | None, what: str, exc: ReproError) -> ReproError | None:

@@ -10,9 +10,11 @@ read is checked (:mod:`repro.evidence.records`).
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import threading
+import zlib
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
@@ -23,7 +25,7 @@ from repro.algorithms import AR, DDTREE, DFLASH, budgeted
 from repro.errors import UsageError
 from repro.evidence import intervals
 from repro.evidence.latency import Samples, Spread, e2e_s, itl_s, rate_text, samples
-from repro.evidence.records import ALGORITHM_ORDER, OPTIONAL_CELL_FIELDS, check_record
+from repro.evidence.records import ALGORITHM_ORDER, KINDS, OPTIONAL_CELL_FIELDS, check_record
 from repro.files import parse_json, read_text
 
 
@@ -166,10 +168,35 @@ def read_records(path: Path, what: str = "results file") -> list[dict[str, Any]]
     return records
 
 
+def _other_kind(path: Path) -> bool:
+    """True for a JSONL file whose first record is a JSON object of a kind results files do not
+    hold (an acceptance recording); a file :func:`read_records` must judge gives False."""
+    try:
+        with (gzip.open(path, "rt", encoding="utf-8") if path.name.endswith(".gz") else path.open(encoding="utf-8")) as f:
+            row = parse_json(next((line for line in f if line.strip()), ""))
+    except (OSError, EOFError, ValueError, zlib.error):
+        return False
+    return isinstance(row, dict) and row.get("kind") not in KINDS
+
+
+def scan_results(paths: Iterable[Path]) -> tuple[list[Path], list[Path]]:
+    """(results files, skipped): the files named, and of each directory its ``*.jsonl`` and gzipped
+    ``*.jsonl.gz`` files; the directory's other files (recordings, JSON, figures) are skipped."""
+    files: list[Path] = []
+    skipped: list[Path] = []
+    for p in paths:
+        if not p.is_dir():
+            files.append(p)
+            continue
+        for f in sorted(p.iterdir()):
+            results = f.is_file() and f.name.endswith((".jsonl", ".jsonl.gz")) and not _other_kind(f)
+            (files if results else skipped).append(f)
+    return files, skipped
+
+
 def results_files(paths: Iterable[Path]) -> list[Path]:
-    """The files named, a directory standing for the ``*.jsonl`` (and gzipped ``*.jsonl.gz``) files in it."""
-    return [f for p in paths
-            for f in (sorted([*p.glob("*.jsonl"), *p.glob("*.jsonl.gz")]) if p.is_dir() else [p])]
+    """The results files of :func:`scan_results`."""
+    return scan_results(paths)[0]
 
 
 def load_records(paths: Iterable[Path], what: str = "RESULTS") -> list[dict[str, Any]]:

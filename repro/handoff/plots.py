@@ -1,4 +1,4 @@
-"""PNG figures (matplotlib, headless): the report's speedup vs budget, tau histogram, TP vs EP and tune;
+"""PNG figures (matplotlib, headless): the report's speedup and tau vs budget, TP vs EP and tune;
 the top-K benchmark's time against batch size.
 
 Each function writes one file and returns None, or returns a sentence saying why there was
@@ -7,14 +7,25 @@ nothing to plot (the report prints it in place of the figure).
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from repro.algorithms import AR, DDTREE, DFLASH
 from repro.evidence.results import CellSummary, label_order
 from repro.evidence.verdicts import TpEpPoint
 from repro.files import atomic_output
+from repro.tuning.acceptance import Estimate, ratio_estimates
+
+
+def unavailable() -> str | None:
+    """Why no figure can be drawn (matplotlib is not installed), or None."""
+    if importlib.util.find_spec("matplotlib") is None:
+        return "matplotlib is not installed (`pip install matplotlib`)"
+    return None
 
 
 def _pyplot() -> Any:
@@ -119,34 +130,49 @@ def speedup_vs_budget(summaries: list[CellSummary], path: Path) -> str | None:
     return None
 
 
-def tau_histogram(summaries: list[CellSummary], path: Path) -> str | None:
-    """Per-request tau of DFLASH and each DDTREE budget, pooled over concurrency, lowest T; a panel
-    a profile and prompt set (a set's tau is its prompts')."""
-    spec = [s for s in summaries if s.taus]
-    if not spec:
-        return "no speculative cell reported spec_verify_ct, so there is no tau to plot"
-    panels = sorted({(s.cell.profile, s.cell.prompts) for s in spec})
+def _tau_estimates(cells: list[CellSummary]) -> dict[int | None, Estimate]:
+    """Mean tau per request with its 95% interval, pooled over concurrency: per DDTREE budget, and
+    DFLASH's under None."""
+    pooled: dict[int | None, list[float]] = {}
+    for s in cells:
+        pooled.setdefault(s.cell.budget if s.cell.algorithm == "DDTREE" else None, []).extend(s.taus)
+    return {b: ratio_estimates(np.array(t)[:, None], np.ones(len(t)))[0] for b, t in pooled.items()}
+
+
+def tau_vs_budget(summaries: list[CellSummary], path: Path) -> str | None:
+    """Mean tau per request against the DDTREE budget B, with its 95% interval over requests
+    (pooled over concurrency), a color per temperature; DFLASH's tau dashed with its interval
+    shaded. A panel a profile and prompt set (a set's tau is its prompts')."""
+    spec = [s for s in summaries if s.taus and (s.cell.algorithm == "DFLASH" or s.cell.budget is not None)]
+    panels = sorted({(s.cell.profile, s.cell.prompts) for s in spec if s.cell.algorithm == "DDTREE"})
+    if not panels:
+        return "no DDTREE cell of a fixed budget reported spec_verify_ct, so there is no tau to plot against B"
     several = len({prompts for _, prompts in panels}) > 1
     plt = _pyplot()
     fig, axes = _grid(plt, len(panels))
-    colors = {label: f"C{k}" for k, label in enumerate(sorted({s.cell.label for s in spec}, key=label_order))}
+    colors = {t: f"C{k}" for k, t in enumerate(sorted({s.cell.temperature for s in spec}))}
     for ax, (profile, prompts) in zip(axes, panels, strict=True):
         mine = [s for s in spec if (s.cell.profile, s.cell.prompts) == (profile, prompts)]
-        temp = min(s.cell.temperature for s in mine)
-        groups: dict[str, list[float]] = {}
-        for s in sorted(mine, key=lambda s: label_order(s.cell.label)):
-            if s.cell.temperature == temp:
-                groups.setdefault(s.cell.label, []).extend(s.taus)
-        low = int(min(min(v) for v in groups.values()) * 4) / 4
-        top = max(max(v) for v in groups.values())
-        bins = [low + 0.25 * i for i in range(int((top - low) / 0.25) + 2)]
-        for label, taus in groups.items():
-            ax.hist(taus, bins=bins, histtype="step", linewidth=1.5, color=colors[label],  # one a label in every panel
-                    label=f"{label} (mean {sum(taus) / len(taus):.2f})")
-        ax.set_xlabel("tau per request (tokens per verify round, bonus included)")
-        ax.set_ylabel("requests")
-        ax.set_title(f"{profile} ({prompts}), T={temp:g}" if several else f"{profile}, T={temp:g}")
+        budgets = []
+        for temp in sorted({s.cell.temperature for s in mine}):
+            est = _tau_estimates([s for s in mine if s.cell.temperature == temp])
+            color = colors[temp]  # one color a temperature in every panel
+            tree = sorted((b, e) for b, e in est.items() if b is not None)
+            if tree:
+                xs, es = zip(*tree, strict=True)
+                ax.errorbar(xs, [e.value for e in es], yerr=[[e.value - e.low for e in es], [e.high - e.value for e in es]],
+                            marker="o", capsize=3, color=color, label=f"DDTREE T={temp:g}")
+                budgets += xs
+            if None in est:
+                ax.axhline(est[None].value, color=color, linestyle="--", linewidth=1, label=f"DFLASH T={temp:g}")
+                ax.axhspan(est[None].low, est[None].high, color=color, alpha=0.12)
+        _log2_axis(ax, budgets)
+        ax.set_xlabel("DDTree budget B (non-root nodes)")
+        ax.set_ylabel("tau per request (tokens per verify round)")
+        ax.set_title(f"{profile} ({prompts}): mean and 95% interval" if several else f"{profile}: mean and 95% interval",
+                     fontsize=10)
         ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
     _save(fig, path)
     return None
 

@@ -13,26 +13,29 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import shlex
+import sys
 import xml.etree.ElementTree as ET
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from repro.errors import UsageError
-from repro.evidence import compare
+from repro.evidence import compare, machines
 from repro.evidence.intervals import Ratio
 from repro.evidence.latency import LATENCY_HEADERS, SPREAD_NOTE, latency_rows
-from repro.evidence.results import HEADERS, Cell, format_table, read_records, results_files, summarize, table_rows
+from repro.evidence.results import HEADERS, Cell, format_table, read_records, scan_results, summarize, table_rows
 from repro.evidence.verdicts import FAIL, INCONCLUSIVE, judge, tp_ep_points
 from repro.files import write_atomic
 from repro.handoff import plots
 from repro.serving.profiles import Profile, load_profiles
 from repro.serving.thresholds import load_thresholds
+from repro.stack.pins import git_revision
 from repro.tuning import bound
 from repro.tuning.recommend import render as render_tune
 
 PLOTS = {"speedup_vs_budget.png": "DDTree speedup over AR (else over DFLASH) vs budget",
-         "tau_histogram.png": "Per-request tau (tokens per verify round)",
+         "tau_vs_budget.png": "tau per request against DDTree budget B, mean and 95% interval",
          "tp_vs_ep_throughput.png": "TP vs TP+EP output throughput vs concurrency",
          "tune_predicted_vs_measured.png": "repro tune: predicted vs measured DDTREE throughput"}
 _FLAG_SKIPS = ("--benchmark-skip active", "--benchmark-only active")
@@ -98,21 +101,6 @@ def read_tiers(paths: list[Path]) -> dict[str, dict[str, Any]]:  # noqa: C901 - 
     return dict(sorted(tiers.items()))
 
 
-def _fingerprints(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One entry per distinct machine the results came from, or this machine's if none."""
-    seen: dict[str, dict[str, Any]] = {}
-    for r in records:
-        if r.get("kind") == "run":
-            entry = {"fingerprint": r.get("fingerprint"), "topology": r.get("topology")}
-            seen.setdefault(json.dumps(entry, sort_keys=True, default=str), entry)
-    if seen:
-        return list(seen.values())
-    from repro.stack.pins import fingerprint
-
-    return [{"fingerprint": fingerprint(), "topology": None, "note": "the machine that wrote this "
-             "report (no benchmark results carry one)"}]
-
-
 def pooled_revisions(records: list[dict[str, Any]]) -> dict[str, list[str]]:
     """Cells whose requests came from runs at more than one commit (``revision``, ``+dirty`` for a
     working tree with changes): their rows average different code. {cell: [revisions]}; a cell
@@ -144,22 +132,23 @@ def _profiles(by_file: dict[Path, list[dict[str, Any]]], path: Path | None) -> d
     return profiles
 
 
-def _fingerprint_md(entry: dict[str, Any]) -> list[str]:
-    fp = entry.get("fingerprint") or {}
-    lines = [f"- note: {entry['note']}"] if entry.get("note") else []
-    for key, value in fp.items():
-        if key == "packages" and isinstance(value, dict):
-            shown = ", ".join(f"{k} {v or 'missing'}" for k, v in value.items())
-        elif key == "gpus" and isinstance(value, list) and all(isinstance(g, dict) for g in value):
-            shown = "; ".join(f"{g.get('index')}: {g.get('name')} sm {g.get('capability')}"
-                              for g in value) or "none"
-        else:
-            shown = json.dumps(value) if isinstance(value, dict) else value
-        lines.append(f"- {key}: {shown}")
-    topo = entry.get("topology")
-    if topo:
-        lines.append(f"- topology: {topo.get('interconnect') or topo.get('error')}")
-    return lines
+def _command(args: argparse.Namespace) -> str:
+    """The ``repro report`` command line that ``args`` stand for."""
+    words = ["repro", "report", *map(str, args.results), "-o", str(args.output_dir)]
+    for flag, values in (("--tiers", args.tiers), ("--verify-cost", args.verify_cost)):
+        words += [flag, *map(str, values)] if values else []
+    for flag, value in (("--baseline", args.baseline), ("--profile-file", args.profile_file),
+                        ("--thresholds-file", args.thresholds_file)):
+        words += [flag, str(value)] if value is not None else []
+    return shlex.join(words)
+
+
+def _commit(git: dict[str, Any] | None) -> str:
+    """``commit 1a2b3c4d5e6f`` (``, with uncommitted changes``) of the checkout that wrote the report."""
+    if not git:
+        return "no git checkout"
+    dirty = " with uncommitted changes" if git.get("dirty") else ""
+    return f"commit {str(git['revision'])[:12]}{dirty}"
 
 
 def _listing(paths: list[str]) -> str:
@@ -217,9 +206,13 @@ def _value(v: dict[str, Any]) -> str:
 
 def _markdown(data: dict[str, Any], summaries: list[Any], ratios: list[compare.LatencyRatio]) -> str:
     out = ["# k26-ddtree-repro handoff report", "",
-           (f"Written {data['written']} from {len(data['results'])} results file(s), "
-            f"{data['requests']} recorded requests" + _listing(data["results"]) + "."), "",
-           "## Verify tiers", ""]
+           (f"Written {data['written']} by `{data['command']}` at {_commit(data['commit'])} from "
+            f"{len(data['results'])} results file(s), {data['requests']} recorded requests" + _listing(data["results"]) + "."),
+           ""]
+    if data["skipped"]:
+        out += [f"Skipped {len(data['skipped'])} file(s) of the results directories that are not bench results"
+                + _listing(data["skipped"]) + ".", ""]
+    out += ["## Verify tiers", ""]
     if data["tiers"]:
         rows = [[tier, t["status"], str(t["passed"]), str(t["failed"]), str(t["skipped"]),
                  "; ".join(f"{r} ({n})" for r, n in t["reasons"].items()) or "-"]
@@ -228,10 +221,7 @@ def _markdown(data: dict[str, Any], summaries: list[Any], ratios: list[compare.L
                                 rows, markdown=True))
     else:
         out.append("No verify run was given (`--tiers`).")
-    out += ["", "## Stack fingerprint", ""]
-    for i, entry in enumerate(data["fingerprints"], 1):
-        out += [f"Machine {i}:", "", *_fingerprint_md(entry), ""]
-    out += ["## Verdicts", ""]
+    out += ["", "## Stack fingerprint", "", machines.table(data["fingerprints"]), "", "## Verdicts", ""]
     if data["verdicts"]:
         sources = list(dict.fromkeys(v["source"] for v in data["verdicts"]))
         rows = [[v["check"], v["subject"], _value(v), v["bound"] or "-",
@@ -303,13 +293,14 @@ def main(args: argparse.Namespace) -> int:
     if args.output_dir.exists() and not args.output_dir.is_dir():
         msg = f"-o: {args.output_dir} is not a directory"
         raise UsageError(msg)
-    by_file = {f: read_records(f, "RESULTS") for f in results_files(args.results)}
+    files, skipped = scan_results(args.results)
+    by_file = {f: read_records(f, "RESULTS") for f in files}
     records = [r for rs in by_file.values() for r in rs]
     tiers = read_tiers(args.tiers)
     summaries = summarize(records)
     closed = [s for s in summaries if s.cell.request_rate is None]  # throughput figures: closed loop only
     ratios = compare.latency_ratios(summaries)
-    baseline = _baseline(args.baseline, summaries)
+    baseline = _baseline(args.baseline, summaries, skipped)
     profiles = _profiles(by_file, args.profile_file)
     verdicts = judge(summaries, profiles, load_thresholds(args.thresholds_file))
     points = tp_ep_points(summaries, profiles)
@@ -319,12 +310,15 @@ def main(args: argparse.Namespace) -> int:
         bound.add_measured(section, closed, {name: p.model for name, p in profiles.items()})
     out_dir = args.output_dir
     out_dir.mkdir(parents=True, exist_ok=True)
+    no_plots = plots.unavailable()
+    if no_plots:
+        print(f"report: no plots: {no_plots}", file=sys.stderr)
     for section in costs:
-        section["figure_note"] = plots.verify_cost_vs_tokens(
+        section["figure_note"] = no_plots or plots.verify_cost_vs_tokens(
             section["cost_rows"], out_dir / f"verify_cost_{section['model']}.png", title=section["model"])
-    drawn = {name: draw(out_dir / name) for name, draw in {
+    drawn = {name: no_plots or draw(out_dir / name) for name, draw in {
         "speedup_vs_budget.png": lambda path: plots.speedup_vs_budget(closed, path),
-        "tau_histogram.png": lambda path: plots.tau_histogram(summaries, path),
+        "tau_vs_budget.png": lambda path: plots.tau_vs_budget(summaries, path),
         "tp_vs_ep_throughput.png": lambda path: plots.tp_ep_throughput(points, path),
         "tune_predicted_vs_measured.png": lambda path: plots.tune_prediction(tunes, path),
     }.items()}
@@ -333,9 +327,10 @@ def main(args: argparse.Namespace) -> int:
             (out_dir / name).unlink(missing_ok=True)
     data = {
         "written": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "results": [str(p) for p in by_file],
+        "command": _command(args), "commit": git_revision(),
+        "results": [str(p) for p in by_file], "skipped": [str(p) for p in skipped],
         "requests": sum(1 for r in records if r["kind"] == "request"),
-        "tiers": tiers, "fingerprints": _fingerprints(records),
+        "tiers": tiers, "fingerprints": machines.fingerprints(records),
         "verdicts": [asdict(v) for v in verdicts],
         "summaries": [{**asdict(s.cell), **{k: v for k, v in asdict(s).items() if k not in ("cell", "samples")}}
                       for s in summaries],
@@ -354,11 +349,13 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _baseline(path: Path | None, after: list[Any]) -> dict[str, Any] | None:
-    """``--baseline``'s files and its comparison with the summaries of RESULTS (None without it)."""
+def _baseline(path: Path | None, after: list[Any], skipped: list[Path]) -> dict[str, Any] | None:
+    """``--baseline``'s files and its comparison with the summaries of RESULTS (None without it);
+    the files of its directory that are not results are added to ``skipped``."""
     if path is None:
         return None
-    files = results_files([path])
+    files, others = scan_results([path])
+    skipped += others
     before = summarize(r for f in files for r in read_records(f, "--baseline"))
     return {"results": [str(f) for f in files], **compare.before_after(before, after)}
 

@@ -1,16 +1,22 @@
-"""Read ``uv.lock``: the locked version of each distribution and the sha256 of each of its wheels.
+"""Read ``uv.lock``: the locked version of each distribution, the sha256 of each of its wheels and
+its dependencies.
 
-Only what the offline tools need is read: ``[[package]]`` tables with ``name``, ``version`` and
-``wheels = [{url, hash, size}, ...]``. A wheel is identified by its file name (the last part of the
-URL), which is unique on a package index.
+Only what the offline tools need is read: ``[[package]]`` tables with ``name``, ``version``,
+``wheels = [{url, hash, size}, ...]``, ``dependencies`` and ``optional-dependencies``, and which
+one is the project itself (``source = { editable = "." }``). A wheel is identified by its file name
+(the last part of the URL), which is unique on a package index.
 """
 
 from __future__ import annotations
 
 import re
 import tomllib
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from packaging.markers import Marker
 
 from repro.files import read_text
 from repro.stack.pins import REPO_ROOT
@@ -33,12 +39,26 @@ class LockedWheel:
 
 
 @dataclass(frozen=True)
+class Requirement:
+    """One dependency of a locked package: a name, the version where the lock holds several, the
+    marker that guards it and the extras it asks for."""
+
+    name: str
+    version: str | None = None
+    marker: str | None = None
+    extras: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class LockedPackage:
-    """One distribution at one version, with every wheel file the lock knows for it."""
+    """One distribution at one version, with every wheel file the lock knows for it and its
+    dependencies (``optional``: per extra)."""
 
     name: str
     version: str
     wheels: tuple[LockedWheel, ...]
+    dependencies: tuple[Requirement, ...] = ()
+    optional: dict[str, tuple[Requirement, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -48,6 +68,7 @@ class Lock:
     path: Path
     packages: dict[str, tuple[LockedPackage, ...]]  # canonical name -> every locked version
     files: dict[str, LockedWheel]  # wheel file name -> its entry
+    project: LockedPackage | None = None  # the editable package: the project the lock is for
 
     def package(self, name: str) -> LockedPackage:
         """The single locked version of ``name``; ValueError when absent or locked twice."""
@@ -65,6 +86,53 @@ class Lock:
         """The lock's entry for a wheel file name, or None if the lock does not list that file."""
         return self.files.get(filename)
 
+    def resolve(self, requirement: Requirement) -> LockedPackage:
+        """The locked package a dependency names (its version, where the lock holds several)."""
+        found = [p for p in self.packages.get(normalize(requirement.name), ())
+                 if requirement.version in (None, p.version)]
+        if len(found) != 1:
+            msg = f"{self.path.name}: cannot tell which {requirement.name} a dependency means ({len(found)} candidates)"
+            raise ValueError(msg)
+        return found[0]
+
+    def install_set(self, extras: Sequence[str], python: str) -> list[LockedPackage]:
+        """Every package that installing the project with ``extras`` brings on Linux x86_64 CPython
+        ``python`` (the project itself left out; markers evaluated for that host), sorted by name."""
+        if self.project is None:
+            msg = f'{self.path.name} has no editable project package (source = {{ editable = "." }})'
+            raise ValueError(msg)
+        missing = [e for e in extras if e not in self.project.optional]
+        if missing:
+            msg = f"{self.path.name}: the project has no extra {missing[0]!r}"
+            raise ValueError(msg)
+        env = {"python_version": python, "python_full_version": f"{python}.0", "sys_platform": "linux",
+               "platform_system": "Linux", "platform_machine": "x86_64", "os_name": "posix",
+               "implementation_name": "cpython", "platform_python_implementation": "CPython"}
+        todo = [*self.project.dependencies, *(r for e in extras for r in self.project.optional[e])]
+        found: dict[str, LockedPackage] = {}
+        expanded: set[tuple[str, str]] = set()
+        while todo:
+            requirement = todo.pop()
+            if requirement.marker and not Marker(requirement.marker).evaluate(env):
+                continue
+            package = self.resolve(requirement)
+            if found.setdefault(normalize(package.name), package) is not package:
+                msg = f"{self.path.name}: the install set needs {package.name} at two versions"
+                raise ValueError(msg)
+            for extra in ("", *requirement.extras):
+                if (normalize(package.name), extra) not in expanded:
+                    expanded.add((normalize(package.name), extra))
+                    todo += package.optional.get(extra, ()) if extra else package.dependencies
+        return [found[k] for k in sorted(found)]
+
+
+def _requirements(entries: Any, where: str) -> tuple[Requirement, ...]:
+    """The dependency entries of a package table; ValueError when one is malformed."""
+    if not isinstance(entries, list) or not all(isinstance(e, dict) and isinstance(e.get("name"), str) for e in entries):
+        msg = f"{where}: dependencies must be a list of tables with a name"
+        raise ValueError(msg)
+    return tuple(Requirement(e["name"], e.get("version"), e.get("marker"), tuple(e.get("extra", ()))) for e in entries)
+
 
 def parse_lock(text: str, path: Path = UV_LOCK) -> Lock:
     """Parse ``uv.lock`` text; ValueError naming the first malformed package."""
@@ -78,6 +146,7 @@ def parse_lock(text: str, path: Path = UV_LOCK) -> Lock:
         msg = f"{path.name}: [[package]] must be an array of tables"
         raise ValueError(msg)
     packages: dict[str, list[LockedPackage]] = {}
+    project = None
     for index, table in enumerate(tables):
         name, version = table.get("name"), table.get("version")
         if not isinstance(name, str) or not isinstance(version, str):
@@ -94,9 +163,19 @@ def parse_lock(text: str, path: Path = UV_LOCK) -> Lock:
                 msg = f"{path.name}: {name} {version} has a wheel without a sha256 hash ({wheel!r})"
                 raise ValueError(msg)
             wheels.append(LockedWheel(str(wheel["url"]).rsplit("/", 1)[-1], digest, wheel.get("size")))
-        packages.setdefault(normalize(name), []).append(LockedPackage(name, version, tuple(wheels)))
+        where = f"{path.name}: {name} {version}"
+        optional = table.get("optional-dependencies", {})
+        if not isinstance(optional, dict):
+            msg = f"{where}: optional-dependencies must be a table"
+            raise ValueError(msg)
+        package = LockedPackage(name, version, tuple(wheels), _requirements(table.get("dependencies", []), where),
+                                {extra: _requirements(deps, where) for extra, deps in optional.items()})
+        if isinstance(table.get("source"), dict) and table["source"].get("editable") == ".":
+            project = package
+            continue
+        packages.setdefault(normalize(name), []).append(package)
     files = {w.filename: w for group in packages.values() for p in group for w in p.wheels}
-    return Lock(path, {k: tuple(v) for k, v in packages.items()}, files)
+    return Lock(path, {k: tuple(v) for k, v in packages.items()}, files, project)
 
 
 def load_lock(path: Path = UV_LOCK) -> Lock:

@@ -60,7 +60,7 @@ def platform_tags(manylinux: str, machine: str = "x86_64") -> list[str]:
 def wheel_rank(filename: str, python: str, manylinux: str) -> int | None:
     """How well a wheel fits a CPython ``python`` host (lower is better), or None if it does not.
 
-    Accepts ``cpXY-cpXY``, ``cpXW-abi3`` (W <= Y) and ``py3``/``pyXY``-``none`` wheels whose
+    Accepts ``cpXY-cpXY``, ``cpXW-abi3`` (W <= Y) and ``py3``/``pyXW``-``none`` (W <= Y) wheels whose
     platform tag is one of ``platform_tags(manylinux)``.
     """
     parts = filename.removesuffix(".whl").split("-")
@@ -73,7 +73,7 @@ def wheel_rank(filename: str, python: str, manylinux: str) -> int | None:
     python_ok = (
         (cp in py_tags and cp in abi_tags)
         or ("abi3" in abi_tags and py_tags & abi3)
-        or ("none" in abi_tags and py_tags & {f"py{major}", f"py{major}{minor}", cp})
+        or ("none" in abi_tags and py_tags & {f"py{major}", cp, *(f"py{major}{m}" for m in range(minor + 1))})
     )
     if not python_ok:
         return None

@@ -1,10 +1,16 @@
 """``repro wheelhouse --target smXX DIR``: an offline install set for an air-gapped GPU host.
 
-Downloads (with pip, into a cache) the cp312 manylinux wheels of ``[wheelhouse] serve`` in
-``stack.toml`` at the versions ``uv.lock`` pins, checks each wheel's sha256 against ``uv.lock``,
-unpacks each as a site tree (optionally trimmed to the target: only the ``sgl_kernel`` libraries the
-target loads, minus ``[wheelhouse] trim`` members) and packs it as a reproducible ``.tar.xz``, plus
-one archive of the stub packages in ``repro/data/stubs``. ``repro install-offline DIR`` installs it.
+Downloads (with pip, into a cache) cp312 manylinux wheels at the versions ``uv.lock`` pins and
+checks each wheel's sha256 against ``uv.lock``. By default DIR gets the unmodified wheels of the
+project's dependencies and its ``gpu`` extra (every package ``uv export --extra gpu`` lists, for
+CPython 3.12 on Linux x86_64) and ``requirements.txt`` pinning each with its sha256, installed with
+no network by ``pip install --no-index --find-links DIR --require-hashes -r DIR/requirements.txt``.
+
+``--trim`` is the size option (one device carry is 64 MiB): the wheels of ``[wheelhouse] serve`` in
+``stack.toml`` only (what a host that has torch and triton lacks), each unpacked as a site tree
+trimmed to the target (only the ``sgl_kernel`` libraries it loads, minus ``[wheelhouse] trim``
+members) and packed as a reproducible ``.tar.xz``, plus one archive of the stub packages in
+``repro/data/stubs``; ``repro install-offline DIR`` installs it.
 """
 
 from __future__ import annotations
@@ -12,6 +18,8 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import os
+import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -21,11 +29,14 @@ from pathlib import Path
 
 from repro.argtypes import number
 from repro.errors import ReproError, UsageError
+from repro.files import atomic_output, write_atomic
 from repro.stack import offline
 from repro.stack.lockfile import UV_LOCK, LockedPackage, LockedWheel, load_lock, normalize
 from repro.stack.pins import Stack, Target, load_stack
 
 STUBS_DIR = Path(__file__).parents[1] / "data" / "stubs"
+REQUIREMENTS = "requirements.txt"
+EXTRA = "gpu"  # the pyproject.toml extra a full wheelhouse installs
 STUBS_ARCHIVE = "serve-stubs.tar.xz"
 MIB = 1 << 20
 
@@ -40,7 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("directory", type=Path, help="output directory (created, or updated in place)")
     parser.add_argument("--target", required=True, help="SM target of stack.toml (sm90, sm100, sm120)")
     parser.add_argument("--trim", action="store_true",
-                        help="keep only the sgl_kernel libraries the target loads; drop [wheelhouse] trim members")
+                        help="the size option: archives of [wheelhouse] serve with only the sgl_kernel libraries the "
+                             "target loads and without [wheelhouse] trim members, for `repro install-offline`")
     parser.add_argument("--cache", type=Path, default=_default_cache(),
                         help="download cache for wheels (default: %(default)s)")
     parser.add_argument("--lock", type=Path, default=UV_LOCK, help="uv.lock with the sha256 of every wheel")
@@ -48,10 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="fail when the archives exceed this many MiB (64 = one device carry)")
 
 
-def drop_rule(stack: Stack, target: Target, *, trim: bool) -> Callable[[str], bool]:
+def drop_rule(stack: Stack, target: Target) -> Callable[[str], bool]:
     """Which site-tree paths ``--trim`` leaves out: other sgl_kernel libraries and trim patterns."""
-    if not trim:
-        return lambda _path: False
     kernel_dirs = {lib.split("/", 1)[0] + "/" for lib in target.sgl_kernel_libs}
 
     def drop(path: str) -> bool:
@@ -161,8 +171,41 @@ def _reusable(previous: offline.Manifest | None, manifest_key: tuple, out_dir: P
     }
 
 
+def install_command(directory: Path) -> list[str]:
+    """The command that installs a full wheelhouse with no network, every wheel hash-checked."""
+    return ["python3", "-m", "pip", "install", "--no-index", "--find-links", str(directory), "--require-hashes",
+            "-r", str(directory / REQUIREMENTS)]
+
+
+def _write_wheels(wheels: list[tuple[LockedPackage, Path, str]], out_dir: Path, target: Target) -> int:
+    """Copy the wheels into ``out_dir`` (dropping other wheels there) and write requirements.txt;
+    the bytes written."""
+    keep = {path.name for _, path, _ in wheels}
+    for stale in out_dir.glob("*.whl"):
+        if stale.name not in keep:
+            stale.unlink()
+    for _, path, digest in wheels:
+        if not (out_dir / path.name).is_file() or offline.sha256_file(out_dir / path.name) != digest:
+            with atomic_output(out_dir / path.name) as tmp:
+                shutil.copyfile(path, tmp)
+    lines = [f"# repro wheelhouse --target {target.name}: the {EXTRA} extra of uv.lock, unmodified wheels.",
+             "# No network: " + shlex.join(install_command(Path("DIR"))),
+             *(f"{p.name}=={p.version} --hash=sha256:{digest}" for p, _, digest in wheels)]
+    write_atomic(out_dir / REQUIREMENTS, "\n".join(lines) + "\n")
+    return sum((out_dir / name).stat().st_size for name in [*keep, REQUIREMENTS])
+
+
+def _fetch(packages: list[LockedPackage], stack: Stack, cache: Path) -> list[tuple[Path, str]]:
+    """Each package's wheel in the cache (downloaded where missing) and its sha256, checked against uv.lock."""
+    missing = [p for p in packages if _cached(p, stack, cache) is None]
+    if missing:
+        print(f"downloading {len(missing)} wheels into {cache}", flush=True)
+        _download(missing, stack, cache)
+    return [_verified_wheel(p, stack, cache) for p in packages]
+
+
 def main(args: argparse.Namespace) -> int:
-    """Build the wheelhouse; print one line per archive and the total size."""
+    """Build the wheelhouse; print what it holds and its total size."""
     stack = load_stack()
     for flag, path in (("DIR", args.directory), ("--cache", args.cache)):
         if path.exists() and not path.is_dir():
@@ -171,23 +214,36 @@ def main(args: argparse.Namespace) -> int:
     try:
         target = stack.target(args.target)
         lock = load_lock(args.lock)
-        packages = [lock.package(name) for name in stack.wheelhouse.serve]
+        packages = ([lock.package(name) for name in stack.wheelhouse.serve] if args.trim
+                    else lock.install_set([EXTRA], stack.python))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    missing = [p for p in packages if _cached(p, stack, args.cache) is None]
-    if missing:
-        print(f"downloading {len(missing)} wheels into {args.cache}", flush=True)
-        _download(missing, stack, args.cache)
-    wheels = [_verified_wheel(p, stack, args.cache) for p in packages]
-
+    wheels = _fetch(packages, stack, args.cache)
     out_dir: Path = args.directory
     out_dir.mkdir(parents=True, exist_ok=True)
+    if args.trim:
+        total = _write_archives(packages, wheels, out_dir, stack, target)
+    else:
+        total = _write_wheels([(p, *w) for p, w in zip(packages, wheels, strict=True)], out_dir, target)
+        print(f"wheelhouse for {target.name} in {out_dir}: {len(packages)} wheels and {REQUIREMENTS}")
+        print(f"install it with no network: {shlex.join(install_command(out_dir))}")
+    print(f"total {total / MIB:.1f} MiB; all {len(packages)} wheels matched uv.lock sha256")
+    if args.max_mib is not None and total > args.max_mib * MIB:
+        hint = "" if args.trim else " (try --trim)"
+        msg = f"the wheelhouse is {total / MIB:.1f} MiB, over --max-mib {args.max_mib:g}{hint}"
+        raise ReproError(msg)
+    return 0
+
+
+def _write_archives(packages: list[LockedPackage], wheels: list[tuple[Path, str]], out_dir: Path, stack: Stack,
+                    target: Target) -> int:
+    """The ``--trim`` wheelhouse: an archive per wheel, the stubs' archive and manifest.json; the bytes written."""
     try:
         previous = offline.read_manifest(out_dir)
     except ValueError:
         previous = None
-    reuse = _reusable(previous, (target.name, args.trim, stack.sha256), out_dir)
-    drop = drop_rule(stack, target, trim=args.trim)
+    reuse = _reusable(previous, (target.name, True, stack.sha256), out_dir)
+    drop = drop_rule(stack, target)
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         jobs = [
             pool.submit(lambda a=reuse[digest]: a) if digest in reuse
@@ -196,21 +252,13 @@ def main(args: argparse.Namespace) -> int:
         ]
         archives = [job.result() for job in jobs]
     archives.append(_pack_stubs(stack, out_dir))
-    manifest = offline.Manifest(target.name, stack.python, args.trim, stack.sha256, archives)
+    manifest = offline.Manifest(target.name, stack.python, True, stack.sha256, archives)
     manifest.write(out_dir)
     if previous is not None:
         for stale in {a.archive for a in previous.archives} - {a.archive for a in archives}:
             (out_dir / stale).unlink(missing_ok=True)
-
-    total = sum(a.bytes for a in archives) + (out_dir / offline.MANIFEST).stat().st_size
-    print(f"wheelhouse for {target.name}{' (trimmed)' if args.trim else ''} in {out_dir}:")
+    print(f"wheelhouse for {target.name} (trimmed) in {out_dir}:")
     for a in archives:
         note = f"  ({len(a.dropped)} members left out)" if a.dropped else ""
         print(f"  {a.title:<44} {a.bytes / MIB:7.1f} MiB{note}")
-    print(f"total {total / MIB:.1f} MiB in {len(archives)} archives; "
-          f"all {len(packages)} wheels matched uv.lock sha256")
-    if args.max_mib is not None and total > args.max_mib * MIB:
-        hint = "" if args.trim else " (try --trim)"
-        msg = f"the wheelhouse is {total / MIB:.1f} MiB, over --max-mib {args.max_mib:g}{hint}"
-        raise ReproError(msg)
-    return 0
+    return sum(a.bytes for a in archives) + (out_dir / offline.MANIFEST).stat().st_size

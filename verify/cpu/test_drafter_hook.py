@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from scipy.stats import chi2
 
 from repro.drafter_hook.hashes import FLOOR_LEVELS, floor_logits
 from repro.drafter_hook.hook import DrafterTestHook
@@ -23,6 +22,7 @@ from repro.drafter_hook.profiles import compile_profile, load_profiles, named_pr
 from repro.kernels.topk_lse import TopKConfig, make_plan
 from repro.testmodels.planted import write_hook
 from verify.bench import fit_hook_profile as fit
+from verify.chi_square import chi_square_p
 
 REPO = Path(__file__).resolve().parents[2]
 STATS = tomllib.loads(resources.files("repro.data").joinpath("thresholds.toml").read_text())["stats"]
@@ -46,17 +46,6 @@ def _named(name: str, vocab: int = V, horizon: int = 15, seed: int = 0) -> Draft
 def _draws(n: int, vocab: int = V) -> tuple[torch.Tensor, torch.Tensor]:
     i = torch.arange(n)
     return (i * 31 + 5) % vocab, 3 + 13 * i
-
-
-def _chi_square_p(observed: torch.Tensor, expected_probs: torch.Tensor) -> float:
-    """p-value of counts against probabilities; sparse cells (expected < 5) pooled into one."""
-    expected = expected_probs / expected_probs.sum() * observed.sum()
-    big = expected >= 5
-    obs = torch.cat([observed[big], observed[~big].sum()[None]])
-    exp = torch.cat([expected[big], expected[~big].sum()[None]])
-    keep = exp > 0
-    stat = float(((obs[keep] - exp[keep]) ** 2 / exp[keep]).sum())
-    return float(chi2.sf(stat, int(keep.sum()) - 1))
 
 
 class TestDrafterTestHook:
@@ -274,7 +263,7 @@ class TestCalibratedProfile:
         _, profile, levels, _ = drawn
         weights = torch.tensor([lv["weight"] for lv in profile["levels"]], dtype=torch.float64)
         counts = torch.bincount(levels[:, 0], minlength=len(weights)).double()
-        assert _chi_square_p(counts, weights) > STATS["alpha"]
+        assert chi_square_p(counts, weights) > STATS["alpha"]
 
     def test_levels_persist_along_the_block(self, drawn):
         """A row keeps the previous row's level with probability stay + (1 - stay) * weight."""
@@ -286,7 +275,7 @@ class TestCalibratedProfile:
             kept = (levels[:, 1:] == k) & prev
             p = profile["stay"] + (1 - profile["stay"]) * pi[k]
             counts = torch.tensor([kept.sum(), (prev & ~kept).sum()], dtype=torch.float64)
-            assert _chi_square_p(counts, torch.tensor([p, 1 - p])) > STATS["alpha"], k
+            assert chi_square_p(counts, torch.tensor([p, 1 - p])) > STATS["alpha"], k
 
     def test_correct_rank_follows_the_rows_own_probabilities(self, drawn):
         """On the drafter's path (depth 1) the correct rank of a level-k row is drawn from that
@@ -297,7 +286,7 @@ class TestCalibratedProfile:
             q = torch.softmax(hook.tables.logits[k].double(), 0) * (1 - level["miss"])
             probs = torch.cat([q, 1 - q.sum()[None]])
             counts = torch.bincount(ranks[levels[:, 0] == k, 0], minlength=n_ranks + 1).double()
-            assert _chi_square_p(counts, probs) > STATS["alpha"], k
+            assert chi_square_p(counts, probs) > STATS["alpha"], k
 
     def test_off_the_path_the_correct_token_is_missing_more(self, drawn):
         """Once an earlier correct token was not rank 0, a row's correct token is also absent with
@@ -308,7 +297,7 @@ class TestCalibratedProfile:
         q = torch.softmax(hook.tables.logits[0].double(), 0) * (1 - profile["levels"][0]["miss"])
         present = q.sum() * (1 - profile["miss_off"])
         counts = torch.tensor([(ranks[k0, 1] < n_ranks).sum(), (ranks[k0, 1] == n_ranks).sum()], dtype=torch.float64)
-        assert _chi_square_p(counts, torch.stack([present, 1 - present])) > STATS["alpha"]
+        assert chi_square_p(counts, torch.stack([present, 1 - present])) > STATS["alpha"]
 
 
 class TestRows:
@@ -424,6 +413,7 @@ class TestProfileFits:
         for name in fitted:
             assert record["profiles"][name]["targets"] == fit.targets(profiles[name])
 
+    @pytest.mark.slow  # a minute a profile: thousands of rounds through repro.ddtree
     @pytest.mark.parametrize("name", [PAPER, KIMI])
     def test_check_sample_meets_the_targets(self, record, name):
         """Re-simulated on the record's first rounds (repro.ddtree's trees and walk over the hook's

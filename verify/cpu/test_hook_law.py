@@ -96,6 +96,7 @@ def models(tmp_path_factory):
     return root
 
 
+@pytest.mark.slow  # minutes: every committed request re-walked through the law
 @pytest.mark.parametrize(("raw", "requests"), [(SIDE, 144), (K26, 192), (SIDE_B, 112),
                                                *zip(SIDE_ATTN, (96, 32, 48), strict=True),
                                                *zip(SIDE_HEAD, (192, 192, 144), strict=True),

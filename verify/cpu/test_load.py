@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from repro.errors import ReproError, UsageError
-from repro.evidence.load import Job, Progress, Runner, arrival_offsets, check_arrivals
+from repro.evidence.load import Job, Runner, arrival_offsets, check_arrivals, progress_bar
 from repro.evidence.results import Cell, ResultsWriter, read_records
 from repro.serving.sglang_client import Completion
 from verify.benchdata import cell
@@ -61,11 +61,15 @@ def run(tmp_path: Path, client: _Client, c: Cell, count: int, server: object = N
     """Run ``count`` requests of ``c`` through a Runner; the request records written."""
     writer = ResultsWriter(tmp_path / "r.jsonl", resume=True)
     job = Job(None, [c], [{"input_ids": [1, 2, 3]}], {"command": "x", "models": "y", "prompts": "z"})
+    progress = progress_bar(count, 0)
     try:
-        Runner(writer, "s" * 32, Progress(count, 0), None, seed).run_cell(client, job, c, list(range(count)), server)
+        Runner(writer, "s" * 32, progress, None, seed).run_cell(client, job, c, list(range(count)), server)
     finally:
         writer.close()
-    return [r for r in read_records(tmp_path / "r.jsonl") if r["kind"] == "request"]
+        progress.close()
+    records = [r for r in read_records(tmp_path / "r.jsonl") if r["kind"] == "request"]
+    assert progress.n == len(records)  # the bar counted every recorded request once
+    return records
 
 
 class TestArrivals:

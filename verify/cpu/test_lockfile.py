@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from repro.stack import offline
 from repro.stack.lockfile import UV_LOCK, load_lock, normalize, parse_lock
 from repro.stack.pins import load_stack
 from verify.fake_stack import FIXTURES
@@ -49,6 +50,49 @@ class TestLock:
         with pytest.raises(ValueError, match=r"does not exist: generate it with `uv lock`"):
             load_lock(tmp_path / "uv.lock")
 
+    def test_install_set_follows_markers_versions_and_extras(self):
+        """The project's dependencies and extra, transitively: the locked version whose marker holds
+        for the Python asked about, a dependency's extra, nothing under a false marker."""
+        text = """
+[[package]]
+name = "proj"
+version = "0.1"
+source = { editable = "." }
+dependencies = [{ name = "num", version = "1.0", marker = "python_full_version < '3.12'" },
+                { name = "num", version = "2.0", marker = "python_full_version >= '3.12'" }]
+[package.optional-dependencies]
+gpu = [{ name = "server", extra = ["cu13"] }, { name = "winonly", marker = "sys_platform == 'win32'" }]
+
+[[package]]
+name = "num"
+version = "1.0"
+[[package]]
+name = "num"
+version = "2.0"
+[[package]]
+name = "server"
+version = "3.0"
+dependencies = [{ name = "num", version = "1.0", marker = "python_full_version < '3.12'" },
+                { name = "num", version = "2.0", marker = "python_full_version >= '3.12'" }]
+[package.optional-dependencies]
+cu13 = [{ name = "kernels" }]
+[[package]]
+name = "kernels"
+version = "4.0"
+[[package]]
+name = "winonly"
+version = "5.0"
+"""
+        lock = parse_lock(text, LOCK)
+        found = lambda python: [(p.name, p.version) for p in lock.install_set(["gpu"], python)]  # noqa: E731
+        assert found("3.12") == [("kernels", "4.0"), ("num", "2.0"), ("server", "3.0")]
+        assert found("3.11") == [("kernels", "4.0"), ("num", "1.0"), ("server", "3.0")]
+        with pytest.raises(ValueError, match="needs num at two versions"):
+            parse_lock(text.replace('"num", version = "1.0", marker', '"num", version = "2.0", marker', 1), LOCK) \
+                .install_set(["gpu"], "3.11")
+        with pytest.raises(ValueError, match="the project has no extra 'dev'"):
+            lock.install_set(["dev"], "3.12")
+
     def test_normalize(self):
         """Names normalise per PEP 503."""
         assert normalize("Typing_Extensions") == normalize("typing.extensions") == "typing-extensions"
@@ -63,3 +107,19 @@ def test_repository_lock_pins_every_wheelhouse_package_once():
         assert lock.package(name).wheels, name
     for name, version in stack.packages.items():
         assert lock.package(name).version == version, name
+
+
+@pytest.mark.skipif(not UV_LOCK.is_file(), reason="the repository has no uv.lock yet")
+def test_repository_gpu_extra_has_a_wheel_for_every_package():
+    """`repro wheelhouse` (no --trim) can be built: every package of the gpu extra's closure on
+    CPython 3.12 has a cp312 wheel for manylinux_2_34 x86_64, the pinned stack among them."""
+    stack = load_stack()
+    packages = load_lock().install_set(["gpu"], stack.python)
+    versions = {normalize(p.name): p.version for p in packages}
+    assert len(versions) == len(packages)  # one version a name
+    for name, version in stack.packages.items():
+        assert versions[normalize(name)] == version, name
+    assert "nvidia-cutlass-dsl" in versions  # flashinfer-python[cu13]'s extra, followed
+    for package in packages:
+        assert any(offline.wheel_rank(w.filename, stack.python, stack.wheelhouse.manylinux) is not None
+                   for w in package.wheels), package.name

@@ -16,6 +16,8 @@ class TestWheelRank:
         ("a-1-cp312-cp312-manylinux_2_34_x86_64.whl", True),
         ("a-1-cp310-abi3-manylinux2014_x86_64.whl", True),        # abi3 from an older CPython
         ("a-1-py3-none-any.whl", True),
+        ("a-1-py37-none-any.whl", True),                          # pure, for Python >= 3.7
+        ("a-1-py313-none-any.whl", False),                        # pure, for a newer Python
         ("a-1-cp313-cp313-manylinux_2_17_x86_64.whl", False),     # another CPython
         ("a-1-cp313-abi3-manylinux_2_17_x86_64.whl", False),      # abi3 needing a newer CPython
         ("a-1-cp312-cp312-manylinux_2_35_x86_64.whl", False),     # newer glibc than the floor

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from repro import cli
 from repro.evidence.results import summarize
-from repro.handoff import plots
+from repro.handoff import plots, report
 from repro.handoff.report import read_tiers
 from repro.serving.profiles import get_profile
 from repro.stack import pins
@@ -52,10 +54,15 @@ class TestReport:
         assert rc == 0 and "report:" in capsys.readouterr().out
         md = (out / "report.md").read_text()
         assert f"from 1 results file(s), 80 recorded requests: `{results}`." in md  # what it was written from
+        command = f"`repro report {results} -o {out} --tiers {JUNIT / 'tests.xml'} {JUNIT / 'bench.xml'}`"
+        assert f"by {command} at commit {pins.git_revision()['revision'][:12]}" in md
+        for row in ("| GPUs | 1 x NVIDIA H200 (sm 9.0) |", "| driver | 580.159 |", "| commit | abc |",
+                    "| topology | nvlink |"):
+            assert row in md  # the fingerprint is a table
         for heading in ("## Verify tiers", "## Stack fingerprint", "## Verdicts", "## Benchmarks",
                         "## TP vs TP+EP", "## Plots"):
             assert heading in md
-        for name in ("speedup_vs_budget.png", "tau_histogram.png", "tp_vs_ep_throughput.png"):
+        for name in ("speedup_vs_budget.png", "tau_vs_budget.png", "tp_vs_ep_throughput.png"):
             assert f"]({name})" in md
             data = (out / name).read_bytes()
             assert data.startswith(PNG) and len(data) > 10_000
@@ -128,6 +135,29 @@ class TestReport:
         assert "No benchmark results" in md and "the machine that wrote this report" in md
         assert "| gpu | skipped | 0 | 0 | 1 | [gpu tier] no CUDA GPU" in md
 
+    def test_a_directory_with_recordings_and_other_files_is_read(self, tmp_path: Path) -> None:
+        """Of a results directory the bench results are read; a recording and a figure beside them
+        are named in one note, in the Markdown and the JSON."""
+        results = results_file(tmp_path / "r.jsonl")
+        (tmp_path / "rec.jsonl").write_text('{"kind": "recording", "schema": 1}\n')
+        (tmp_path / "fig.png").write_bytes(PNG)
+        assert cli.main(["report", str(tmp_path), "-o", str(tmp_path / "rep")]) == 0
+        md = (tmp_path / "rep" / "report.md").read_text()
+        assert f"from 1 results file(s), 80 recorded requests: `{results}`." in md
+        skipped = [str(tmp_path / "fig.png"), str(tmp_path / "rec.jsonl")]
+        assert f"Skipped 2 file(s) of the results directories that are not bench results: `{skipped[0]}`, `{skipped[1]}`." in md
+        assert json.loads((tmp_path / "rep" / "report.json").read_text())["skipped"] == skipped
+
+    def test_without_matplotlib_the_report_is_written_without_plots(self, tmp_path: Path, monkeypatch, capsys) -> None:
+        """No matplotlib: one line on stderr, report.md with every plot "not drawn", and no PNG."""
+        monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+        out = tmp_path / "rep"
+        assert cli.main(["report", str(results_file(tmp_path / "r.jsonl")), "-o", str(out)]) == 0
+        assert capsys.readouterr().err == "report: no plots: matplotlib is not installed (`pip install matplotlib`)\n"
+        md = (out / "report.md").read_text()
+        assert md.count("not drawn, matplotlib is not installed") == len(report.PLOTS)
+        assert not list(out.glob("*.png"))
+
     def test_needs_results_or_tiers(self, tmp_path: Path, capsys) -> None:
         """Nothing to report, or a missing file, is a usage error."""
         assert cli.main(["report", "-o", str(tmp_path)]) == 2
@@ -192,16 +222,40 @@ class TestSpeedupPlot:
         assert not (tmp_path / "s.png").exists()
 
 
-def test_tau_histogram_is_a_panel_a_prompt_set(tmp_path: Path, monkeypatch) -> None:
-    """Cells on two prompt sets are two tau panels, each with its own mean (64 tokens in 16 or 8 rounds)."""
+def test_tau_vs_budget_is_a_panel_a_prompt_set_with_95_intervals(tmp_path: Path, monkeypatch) -> None:
+    """A panel per prompt set; per temperature, DDTREE's mean tau at each budget (pooled over
+    concurrency) with mean +- 1.96 standard errors over requests, DFLASH's mean as a level."""
     drawn = []
-    monkeypatch.setattr(plots, "_save", lambda fig, path: drawn.append(
-        {ax.get_title(): [t.get_text() for t in ax.get_legend().get_texts()] for ax in fig.axes if ax.get_legend()}))
-    rows = [request(cell("DFLASH"), i, verify=16) for i in range(4)] + \
-        [request(replace(cell("DFLASH"), prompts="humaneval-distinct"), i, verify=8) for i in range(4)]
-    assert plots.tau_histogram(summarize(rows), tmp_path / "t.png") is None
-    assert drawn == [{"p (humaneval), T=0": ["DFLASH (mean 4.00)"],
-                      "p (humaneval-distinct), T=0": ["DFLASH (mean 8.00)"]}]
+
+    def save(fig, path):
+        for ax in fig.axes:
+            bars = [c for c in ax.containers if hasattr(c, "lines")]  # errorbar containers
+            line, _, (segments,) = bars[0].lines
+            drawn.append((ax.get_title(), [t.get_text() for t in ax.get_legend().get_texts()],
+                          list(line.get_xdata()), list(line.get_ydata()), [tuple(s[:, 1]) for s in segments.get_segments()]))
+
+    monkeypatch.setattr(plots, "_save", save)
+    rows = [request(cell("DFLASH"), i, verify=16) for i in range(4)]
+    for budget, verifies in ((8, (10, 12, 14, 16)), (32, (8, 8, 10, 12))):
+        rows += [request(cell("DDTREE", budget, conc), i, verify=v) for conc in (1, 4) for i, v in enumerate(verifies)]
+    rows += [request(replace(cell("DDTREE", 8), prompts="humaneval-distinct"), i, verify=8) for i in range(2)]
+    assert plots.tau_vs_budget(summarize(rows), tmp_path / "t.png") is None
+    plain, distinct = drawn
+    assert plain[:2] == ("p (humaneval): mean and 95% interval", ["DFLASH T=0", "DDTREE T=0"])
+    assert plain[2] == [8, 32]
+    for budget, verifies, y, (low, high) in zip((8, 32), ((10, 12, 14, 16), (8, 8, 10, 12)), plain[3], plain[4],
+                                                strict=True):
+        taus = np.array([64 / v for v in verifies] * 2)  # c = 1 and c = 4 pooled
+        half = 1.959964 * taus.std(ddof=1) / np.sqrt(len(taus))
+        assert y == pytest.approx(taus.mean()) and (low, high) == pytest.approx((taus.mean() - half, taus.mean() + half)), budget
+    assert distinct[:4] == ("p (humaneval-distinct): mean and 95% interval", ["DDTREE T=0"], [8], [8.0])
+
+
+def test_tau_vs_budget_needs_a_ddtree_cell_of_a_fixed_budget(tmp_path: Path) -> None:
+    """DFLASH alone has no budget axis: a note, and no file."""
+    note = plots.tau_vs_budget(summarize([request(cell("DFLASH"), 0, verify=16)]), tmp_path / "t.png")
+    assert note == "no DDTREE cell of a fixed budget reported spec_verify_ct, so there is no tau to plot against B"
+    assert not (tmp_path / "t.png").exists()
 
 
 class TestTiers:

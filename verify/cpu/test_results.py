@@ -20,6 +20,7 @@ from repro.evidence.results import (
     label_order,
     load_records,
     read_records,
+    scan_results,
     summarize,
     table_rows,
 )
@@ -66,6 +67,19 @@ class TestWriter:
         (tmp_path / "c.jsonl.gz").write_bytes(gzip.compress(b'{"kind": "run"}\n{"kind": "run"}\n'))
         (tmp_path / "d.txt").write_text("ignored")
         assert len(load_records([tmp_path])) == 4
+
+    def test_a_directory_skips_recordings_and_other_files(self, tmp_path: Path) -> None:
+        """Of a directory, a JSONL file whose first record is another kind (an acceptance recording)
+        is skipped with the non-JSONL files; a JSONL file that is not JSON stays, for read_records
+        to name its problem; a file named explicitly is never skipped."""
+        (tmp_path / "a.jsonl").write_text('{"kind": "run"}\n')
+        (tmp_path / "rec.jsonl.gz").write_bytes(gzip.compress(b'{"kind": "recording", "schema": 1}\n'))
+        (tmp_path / "bad.jsonl").write_text("not json\n")
+        (tmp_path / "fig.png").write_bytes(b"\x89PNG")
+        files, skipped = scan_results([tmp_path])
+        assert [f.name for f in files] == ["a.jsonl", "bad.jsonl"]
+        assert [f.name for f in skipped] == ["fig.png", "rec.jsonl.gz"]
+        assert scan_results([tmp_path / "rec.jsonl.gz"]) == ([tmp_path / "rec.jsonl.gz"], [])
 
 
 class TestSummaries:

@@ -13,10 +13,10 @@ from importlib import resources
 
 import pytest
 import torch
-from scipy.stats import chisquare
 
 from repro.schedule import BudgetSchedule
 from repro.toy import Sampling, ToyDrafter, ToyTarget, decode_ar, decode_ddtree, prefill
+from verify.chi_square import chi_square_p
 
 STATS = tomllib.loads(resources.files("repro.data").joinpath("thresholds.toml").read_text())["stats"]
 
@@ -131,15 +131,10 @@ def _ddtree_samples(target, rule: Sampling, budget: int, n: int, seed: int):
 
 
 def _chi_square_p(samples: torch.Tensor, probs: torch.Tensor) -> float:
+    """p-value of the first three tokens of ``samples`` against their exact distribution ``probs``."""
     v = probs.shape[0]
     cells = (samples[:, 0] * v + samples[:, 1]) * v + samples[:, 2]
-    counts = torch.bincount(cells, minlength=v**3).double()
-    expected = probs.reshape(-1) * samples.shape[0]
-    big = expected >= 5  # pool the sparse cells into one so the chi-square approximation holds
-    obs = torch.cat([counts[big], counts[~big].sum()[None]])
-    exp = torch.cat([expected[big], expected[~big].sum()[None]])
-    keep = exp > 0
-    return float(chisquare(obs[keep].numpy(), exp[keep].numpy()).pvalue)
+    return chi_square_p(torch.bincount(cells, minlength=v**3), probs)
 
 
 class TestSamplingLossless:

@@ -14,7 +14,6 @@ DDTREE from AR must sit where AR's top-2 log-probability gap is at most NEAR_TIE
 
 from __future__ import annotations
 
-import math
 import tomllib
 from collections import Counter
 from pathlib import Path
@@ -22,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from repro.testmodels.planted import next_token_probs
+from verify.chi_square import chi_square_p, keyed
 from verify.sglang import harness
 
 pytestmark = [pytest.mark.sglang, pytest.mark.gpu]
@@ -35,12 +35,6 @@ THRESHOLDS = Path(__file__).resolve().parents[2] / "repro" / "data" / "threshold
 def alpha() -> float:
     """Significance level of the statistical tests (thresholds.toml [stats])."""
     return float(tomllib.loads(THRESHOLDS.read_text())["stats"]["alpha"])
-
-
-def chi2_sf(x: float, dof: int) -> float:
-    """Upper tail of the chi-square distribution (Wilson-Hilferty; ample for alpha = 1e-3)."""
-    z = ((x / dof) ** (1 / 3) - (1 - 2 / (9 * dof))) / math.sqrt(2 / (9 * dof))
-    return 0.5 * math.erfc(z / math.sqrt(2))
 
 
 def pair_probs(planted: dict, last: int, temperature: float) -> dict[tuple[int, int], float]:
@@ -63,26 +57,6 @@ def pair_probs(planted: dict, last: int, temperature: float) -> dict[tuple[int, 
                 key = (t2, t3) if t3 != -1 else (t2, -1)
                 out[key] = out.get(key, 0.0) + p1 * p2 * p3
     return out
-
-
-def chi_square(counts: Counter, probs: dict, n: int) -> tuple[float, int]:
-    """(statistic, dof) with cells of expected count < 5 pooled into one."""
-    stat, pooled_obs, pooled_exp, cells = 0.0, 0, 0.0, 0
-    for key, p in probs.items():
-        exp = n * p
-        if exp < 5:
-            pooled_obs, pooled_exp = pooled_obs + counts.get(key, 0), pooled_exp + exp
-            continue
-        stat += (counts.get(key, 0) - exp) ** 2 / exp
-        cells += 1
-    unknown = sum(c for k, c in counts.items() if k not in probs)
-    pooled_obs += unknown
-    if pooled_exp > 0:
-        stat += (pooled_obs - pooled_exp) ** 2 / pooled_exp
-        cells += 1
-    elif unknown:
-        stat = math.inf
-    return stat, cells - 1
 
 
 def _pairs(responses: list[dict], planted: dict) -> Counter:
@@ -126,8 +100,8 @@ class TestSampling:
     def test_token_pairs_follow_the_target_distribution(self, sampled, planted):
         """Chi-square of (token 2, token 3) against the planted target's exact distribution."""
         probs = pair_probs(planted, PROMPT[-1], 1.0)
-        stat, dof = chi_square(_pairs(sampled, planted), probs, len(sampled))
-        assert chi2_sf(stat, dof) > alpha(), (stat, dof)
+        counts = _pairs(sampled, planted)
+        assert chi_square_p(*keyed(counts, probs)) > alpha(), counts
 
 
 class TestRandomTarget:

@@ -35,9 +35,10 @@ from repro.schedule import BudgetSchedule
 from repro.testmodels.planted import greedy_continuation, next_token_probs
 from repro.tuning.acceptance import read_recordings
 from verify.bench.hook_law import round_lengths
+from verify.chi_square import chi_square_p, keyed
 from verify.sglang import harness
 from verify.sglang.test_ddtree_greedy import stop_requests
-from verify.sglang.test_ddtree_sampling import alpha, chi2_sf, chi_square
+from verify.sglang.test_ddtree_sampling import alpha
 
 pytestmark = [pytest.mark.sglang, pytest.mark.gpu]
 
@@ -246,5 +247,4 @@ class TestScheduleLossless:
                     probs[k] = probs.get(k, 0.0) + law[t]
                 total += 1
         assert total > 3000
-        stat, dof = chi_square(counts, {k: p / total for k, p in probs.items()}, total)
-        assert chi2_sf(stat, dof) > alpha(), (stat, dof, counts)
+        assert chi_square_p(*keyed(counts, probs)) > alpha(), counts
