@@ -31,7 +31,7 @@ from repro.handoff import plots
 from repro.serving.profiles import Profile, load_profiles
 from repro.serving.thresholds import load_thresholds
 from repro.stack.pins import git_revision
-from repro.tuning import bound
+from repro.tuning import bound, recommend
 from repro.tuning.recommend import render as render_tune
 
 PLOTS = {"speedup_vs_budget.png": "DDTree speedup over AR (else over DFLASH) vs budget",
@@ -361,9 +361,11 @@ def _baseline(path: Path | None, after: list[Any], skipped: list[Path]) -> dict[
 
 
 def tune_results(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The latest `repro tune` record of each profile, prompt set and temperature."""
+    """The latest `repro tune` record of each profile, prompt set and temperature; its verdicts cite
+    the bounds where the code states them today (the record keeps the wording of its day)."""
     latest = {(r["profile"], r.get("prompts"), r["temperature"]): r for r in records if r.get("kind") == "tune"}
-    return list(latest.values())
+    return [{**r, "verdicts": [{**v, "source": recommend.SOURCE} for v in r.get("verdicts", [])]}
+            for r in latest.values()]
 
 
 def tune_markdown(tunes: list[dict[str, Any]]) -> list[str]:
