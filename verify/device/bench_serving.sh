@@ -4,6 +4,7 @@
 # (verify/bench/bench_serving_check.py). One device command (one H100 or H200), from the repository root with
 # .carry/wheelhouse-sm90 and .carry/human-eval.zip as verify/device/experiments.toml's. RATES (6,18,30), NUM_PROMPTS (64), BACKENDS
 # (sglang; sglang,sglang-oai adds bench_serving through /v1/completions). Results: $DIR, copied to $OUT if set.
+# Give it a whole 10-minute command: on a fresh H100 the schedule server alone took 265 s to start (Triton compiles).
 set -uo pipefail
 DIR=${BENCH_SERVING_DIR:-build/bench-serving} WH=${WHEELHOUSE:-.carry/wheelhouse-sm90} SITE=${SITE:-/tmp/site}
 MODELS=${MODELS:-/tmp/models} PROFILE=full-h200-qwen3-8b URL=http://127.0.0.1:${PORT:-30000}
