@@ -58,8 +58,8 @@ def test_the_runs_under_way_have_their_rows():
     assert side.get("side-by-side") and side.get("concurrency") == [1, 4, 16]
     k26 = ROWS["schedule-k26-tp8"]
     assert (k26.get("profiles"), k26.get("budgets"), k26.get("schedules"), k26.get("concurrency")) == (
-        ["full-h200-k26-tp8"], [4, 11], ["1:7,4:16"], [1, 16])
-    assert not k26.get("side-by-side") and k26.get("num-prompts") == 16 and k26.get("temperatures") == [0]
+        ["full-h200-k26-tp8"], [11], ["1:7,4:16"], [1, 16])
+    assert not k26.get("side-by-side") and k26.get("num-prompts") == 32 and k26.get("temperatures") == [0]
     assert ROWS["api-tier"].get("tests") == ["verify/sglang/test_api.py", "verify/cpu/test_profiles_kimi.py"]
 
 
@@ -156,7 +156,7 @@ def test_sequential_bench_starts_one_server_at_a_time_with_the_packaged_profiles
     assert "--interleave" not in step.argv and "--profile-file" not in step.argv
     assert step.argv[step.argv.index("--schedules") + 1] == "1:7,4:16"
     assert "--request-rate" not in step.argv
-    assert step.time_limit == 420
+    assert step.time_limit == 450
 
 
 def test_busy_runs_side_by_side_in_one_process_or_each_algorithm_alone():
