@@ -89,7 +89,7 @@ class TestTrim:
         m = manifest(tmp_path / "wh")
         assert [a["archive"] for a in m["archives"]] == [
             "fakekernel-0.4.5.tar.xz", "fakeserver-1.0.tar.xz", "serve-stubs.tar.xz"]
-        assert m["archives"][2]["stubs"] == ["IPython", "xgrammar", "soundfile"]
+        assert m["archives"][2]["stubs"] == ["IPython", "xgrammar", "soundfile", "datasets"]
         assert "xgrammar/structural_tag.py" in m["archives"][2]["files"]
         assert (m["target"], m["trim"]) == ("sm90", True)
         assert "all 2 wheels matched uv.lock sha256" in capsys.readouterr().out
