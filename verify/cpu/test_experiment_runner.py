@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 from typing import ClassVar
 
@@ -170,19 +171,22 @@ def test_environment_keeps_the_machines_conventions(tmp_path):
 
 
 def test_run_row_copies_its_folder_to_out_and_says_incomplete(tmp_path, fake, capsys):
-    """A stack-less row runs, its folder (no marks) lands in $OUT/NAME, even when stopped early."""
+    """A stack-less row runs, its folder (no marks) lands packed in $OUT/NAME.tar.gz, even when stopped early."""
     rows = load_rows()
     row = rows["tree-bench"]
     paths = _paths(tmp_path)
     fake.codes = {"python3": INCOMPLETE}
     env = {"OUT": str(tmp_path / "ret")}
     assert runner.run_row(row, rows, paths, _clock(500), env) == INCOMPLETE
-    assert (tmp_path / "ret" / "tree-bench" / "bench_tree.log").read_text() == "ran python3\n"
+    with tarfile.open(tmp_path / "ret" / "tree-bench.tar.gz") as tar:
+        assert tar.extractfile("tree-bench/bench_tree.log").read() == b"ran python3\n"
     assert "not finished: run it again" in capsys.readouterr().out
     fake.codes = {}
     assert runner.run_row(row, rows, paths, _clock(500), env) == DONE
     assert (paths.build / "tree-bench" / ".done" / "bench_tree").exists()
-    assert not (tmp_path / "ret" / "tree-bench" / ".done").exists()
+    with tarfile.open(tmp_path / "ret" / "tree-bench.tar.gz") as tar:
+        names = tar.getnames()
+    assert "tree-bench/bench_tree.log" in names and not [n for n in names if ".done" in n]
 
 
 def test_a_stack_row_stops_when_the_setup_fails(tmp_path, fake):

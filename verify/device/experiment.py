@@ -3,7 +3,7 @@
 Each experiment is a row of ``verify/device/experiments.toml`` (``verify.device.rows``); ``show``
 prints the exact commands ``run`` starts (the setup's first when the row runs on the installed
 SGLang) and checks the files it would write; ``run`` runs them from the repository root on the GPU
-machine (``verify.device.runner``: setup once, resume, time limit, copy to ``$OUT``). Exit status of
+machine (``verify.device.runner``: setup once, resume, time limit, packed into ``$OUT``). Exit status of
 ``run``: 0 done, 3 not finished within ``--time-limit`` (run it again), 1 a step failed, 2 a bad row.
 """
 
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         row = _row(rows, args.name)
         if args.command == "show":
-            print(f"# {row.name} ({row.kind}): {row.about}\n# results: {paths.dir(row)}, copied to $OUT/{row.name}")
+            print(f"# {row.name} ({row.kind}): {row.about}\n# results: {paths.dir(row)}, packed into $OUT/{row.name}.tar.gz")
             env = environment(row, paths, {})
             print("# environment: " + " ".join(f"{k}={shlex.quote(env[k])}" for k in sorted(env) if k != "PATH"))
             for step in steps_with_setup(row, rows, paths):

@@ -10,17 +10,17 @@ A step that exits 0 leaves a mark (its command) in the row's ``.done/``; a later
 its command is the same, so a row whose steps do not fit one device command finishes over several.
 No step starts with less than the row's ``needs`` seconds (default 60) left of the time limit, and
 each ends by it (a bench gets a shorter ``--time-limit``; others are stopped). Results stay in the
-build folder (their recorded argv names no return folder); at the end the row's folder is copied to
-``$OUT/ROW`` when ``OUT`` is set.
+build folder (their recorded argv names no return folder); at the end the row's folder is packed into
+``$OUT/ROW.tar.gz`` when ``OUT`` is set (one file: a lent machine returns a few files a call).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import signal
 import subprocess
+import tarfile
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -200,12 +200,15 @@ def setup(paths: Paths, out: Path, env: dict[str, str], clock: Clock) -> int:
 
 
 def copy_out(out: Path, dest: Path) -> None:
-    """The row's folder into ``dest`` (merged with what an earlier run copied there)."""
-    shutil.copytree(out, dest, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".done"))
+    """The row's folder, less its marks, packed into the archive ``dest`` (replacing an earlier one: the
+    folder keeps what every run wrote)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(dest, "w:gz") as tar:
+        tar.add(out, arcname=out.name, filter=lambda info: None if ".done" in Path(info.name).parts else info)
 
 
 def run_row(row: Row, rows: dict[str, Row], paths: Paths, clock: Clock, base_env: Mapping[str, str]) -> int:
-    """Run ``row``: setup when it needs the stack, then its steps; copy its folder to ``$OUT``."""
+    """Run ``row``: setup when it needs the stack, then its steps; pack its folder into ``$OUT``."""
     out = paths.dir(row)
     out.mkdir(parents=True, exist_ok=True)
     env = environment(row, paths, base_env)
@@ -213,7 +216,7 @@ def run_row(row: Row, rows: dict[str, Row], paths: Paths, clock: Clock, base_env
     if status == DONE:
         status = run_steps(build_steps(row, paths, rows), out, env, clock, float(row.get("needs", 60)))
     if base_env.get("OUT"):
-        copy_out(out, Path(base_env["OUT"]) / row.name)
+        copy_out(out, Path(base_env["OUT"]) / f"{row.name}.tar.gz")
     word = {DONE: "done", INCOMPLETE: "not finished: run it again", FAILED: "a step failed"}[status]
     print(f"[experiment] {row.name}: {word} ({clock.limit - clock.left():.0f} s)", flush=True)
     return status
