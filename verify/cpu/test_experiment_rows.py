@@ -63,6 +63,15 @@ def test_the_runs_under_way_have_their_rows():
     assert ROWS["api-tier"].get("tests") == ["verify/sglang/test_api.py", "verify/cpu/test_profiles_kimi.py"]
 
 
+def test_every_tune_row_fits_and_checks_budgets_its_grid_measured():
+    """A tune row's fit and held-out budgets are budgets its source bench serves (else it has nothing to
+    fit or check), and a source that records its rounds gives it tau(B)."""
+    for row in (r for r in ROWS.values() if r.kind == "tune"):
+        source = ROWS[row.get("results-from")]
+        assert set(row.get("fit")) | set(row.get("holdout", [])) <= set(source.get("budgets")), row.name
+        assert source.get("record"), row.name
+
+
 @pytest.mark.parametrize(("text", "problem"), [
     ('[experiments.a]\nkind = "bench"\n', "key 'about' is required"),
     ('[experiments.a]\nkind = "nope"\nabout = "x"\n', "key 'kind' must be one of setup"),
