@@ -250,3 +250,20 @@ def test_list_names_every_row_and_an_unknown_name_is_exit_2(capsys):
     assert len(capsys.readouterr().out.splitlines()) == len(ROWS)
     assert experiment.main(["run", "no-such-row"]) == 2
     assert "no experiment 'no-such-row'" in capsys.readouterr().err
+
+
+def test_a_confirming_tune_row_serves_its_picks_as_its_grid_served_its_budgets():
+    """``confirm = true``: repro tune measures the budgets it recommends that the grid lacks, at the grid's
+    concurrencies, prompts, lengths and warm-up, on the grid's profile file (its KV cap and variants)."""
+    row = ROWS["tune-check-qwen3-8b"]
+    grid = ROWS[row.get("results-from")]
+    argv = _steps("tune-check-qwen3-8b")[0].argv
+
+    def flag(name: str) -> str:
+        return argv[argv.index(name) + 1]
+
+    assert row.get("confirm") and "--confirm" in argv
+    assert (flag("--concurrency"), flag("--prompts"), flag("--num-prompts"), flag("--warmup")) == (
+        "1,4,16", grid.get("prompts"), str(grid.get("num-prompts")), str(grid.get("warmup")))
+    assert Path(flag("--profile-file")) == PATHS.dir(grid) / "profiles.toml"
+    assert "--confirm" not in _steps("tune-k26-tp8")[0].argv

@@ -224,9 +224,16 @@ def _tune(row: Row, paths: Paths, rows: dict[str, Row]) -> list[Step]:
             "--recording", str(source / "recording.jsonl"), "--budgets", _csv(row.get("fit", [16, 128, 512])),
             "--holdout", _csv(row.get("holdout", [32, 64, 256])), "--models-dir", str(paths.models),
             "-o", str(paths.dir(row) / "tune")]
-    if row.get("prompts"):
-        argv += ["--prompts", row.get("prompts")]
-    return [Step("tune", tuple(argv), "tune.log", _timeout(row, 300), rerun=True)]
+    bench = rows[row.get("results-from")]
+    prompts = row.get("prompts") or (bench.get("prompts") if row.get("confirm") else None)
+    if prompts:
+        argv += ["--prompts", prompts]
+    if row.get("confirm"):  # the recommended budgets the source did not serve, served as the source served its own
+        argv += ["--confirm", "--concurrency", _csv(bench.get("concurrency", [1, 4, 16]))]
+        argv += [arg for key in ("num-prompts", "max-new-tokens", "warmup") if bench.get(key) is not None
+                 for arg in (f"--{key}", str(bench.get(key)))]
+        argv += list(_variants(bench, paths, cap=bool(bench.get("side-by-side")))[0])
+    return [Step("tune", tuple(argv), "tune.log", _timeout(row, 480 if row.get("confirm") else 300), rerun=True)]
 
 
 def _report(row: Row, paths: Paths, rows: dict[str, Row]) -> list[Step]:
