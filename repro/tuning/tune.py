@@ -66,6 +66,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--warmup", type=int, default=2, help="warm-up rounds per server (repro bench)")
     parser.add_argument("--confirm", action="store_true", help="also measure the recommended budgets")
+    parser.add_argument("--interleave", action="store_true",
+                        help="measure in waves of c requests as `repro bench --interleave` does (each wave ends "
+                             "with its slowest request): confirm cells comparable with such a grid's")
     parser.add_argument("-o", "--output-dir", type=Path, default=Path("results/tune"))
     parser.add_argument("--models-dir", type=Path, default=None)
     parser.add_argument("--profile-file", type=Path, default=None, help="another profiles.toml")
@@ -85,6 +88,8 @@ def _bench(args: argparse.Namespace, out: Path, extra: list[str], recording: Pat
             "--concurrency", ",".join(map(str, args.concurrency)), "--temperatures", f"{args.temperature:g}",
             "--prompts", args.prompts or DEFAULT_PROMPTS, "--num-prompts", str(args.num_prompts),
             "--max-new-tokens", str(args.max_new_tokens), "--warmup", str(args.warmup), *extra]
+    if args.interleave:
+        argv.append("--interleave")
     for flag, value in (("--models-dir", args.models_dir), ("--profile-file", args.profile_file)):
         if value is not None:
             argv += [flag, str(value)]

@@ -254,7 +254,8 @@ def test_list_names_every_row_and_an_unknown_name_is_exit_2(capsys):
 
 def test_a_confirming_tune_row_serves_its_picks_as_its_grid_served_its_budgets():
     """``confirm = true``: repro tune measures the budgets it recommends that the grid lacks, at the grid's
-    concurrencies, prompts, lengths and warm-up, on the grid's profile file (its KV cap and variants)."""
+    concurrencies, prompts, lengths and warm-up, on the grid's profile file (its KV cap and variants), and in
+    waves of c requests when the grid ran side by side (a wave ends with its slowest request)."""
     row = ROWS["tune-check-qwen3-8b"]
     grid = ROWS[row.get("results-from")]
     argv = _steps("tune-check-qwen3-8b")[0].argv
@@ -266,4 +267,5 @@ def test_a_confirming_tune_row_serves_its_picks_as_its_grid_served_its_budgets()
     assert (flag("--concurrency"), flag("--prompts"), flag("--num-prompts"), flag("--warmup")) == (
         "1,4,16", grid.get("prompts"), str(grid.get("num-prompts")), str(grid.get("warmup")))
     assert Path(flag("--profile-file")) == PATHS.dir(grid) / "profiles.toml"
+    assert grid.get("side-by-side") and "--interleave" in argv  # waves of c, as the grid's cells ran
     assert "--confirm" not in _steps("tune-k26-tp8")[0].argv

@@ -3,6 +3,7 @@ plus the sweep against the fake SGLang server and the report's tuning section.""
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import json
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 from repro.cli import main as cli
 from repro.evidence.verdicts import FAIL, NOT_MEASURED, PASS
 from repro.schedule import BudgetSchedule
+from repro.tuning import tune
 from repro.tuning.acceptance import read_recordings
 from repro.tuning.costs import predict_tok_s
 from repro.tuning.recommend import analyze, cell_requests, pick_recording, render
@@ -340,6 +342,20 @@ class TestSweep:
         assert {("DDTREE", b) for b in recommended} <= measured
         assert all(row["measured_tok_s"] is not None for row in result["concurrency"])
         assert result["holdout_budgets"] == sorted({16, *recommended} - {8, 32})
+
+    @pytest.mark.parametrize("interleave", [False, True])
+    def test_interleave_measures_in_waves_as_an_interleaved_grid_did(self, monkeypatch, interleave):
+        """--interleave reaches the repro bench that tune runs (a confirm cell then ends each wave with its
+        slowest request, as the grid's cells did); without it the bench refills as requests finish."""
+        seen = []
+        monkeypatch.setattr("repro.tuning.tune.subprocess.run",
+                            lambda argv, env, check: seen.append(argv) or type("Done", (), {"returncode": 0}))
+        parser = argparse.ArgumentParser()
+        tune.add_arguments(parser)
+        args = parser.parse_args(["p", "--confirm", *(["--interleave"] if interleave else [])])
+        tune._bench(args, Path("out.jsonl"), ["--budgets", "27"], None)
+        (argv,) = seen
+        assert ("--interleave" in argv) is interleave and argv[argv.index("--budgets") + 1] == "27"
 
     def test_sweep_without_a_recording_says_the_servers_did_not_record(self, tmp_path, monkeypatch, capsys):
         """The fake server does not record: tune says which file is missing and why, exit 1."""

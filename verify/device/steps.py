@@ -228,11 +228,12 @@ def _tune(row: Row, paths: Paths, rows: dict[str, Row]) -> list[Step]:
     prompts = row.get("prompts") or (bench.get("prompts") if row.get("confirm") else None)
     if prompts:
         argv += ["--prompts", prompts]
-    if row.get("confirm"):  # the recommended budgets the source did not serve, served as the source served its own
+    if row.get("confirm"):  # the picks the source lacks, served as it served its budgets (side by side: in waves)
         argv += ["--confirm", "--concurrency", _csv(bench.get("concurrency", [1, 4, 16]))]
         argv += [arg for key in ("num-prompts", "max-new-tokens", "warmup") if bench.get(key) is not None
                  for arg in (f"--{key}", str(bench.get(key)))]
-        argv += list(_variants(bench, paths, cap=bool(bench.get("side-by-side")))[0])
+        side = bool(bench.get("side-by-side"))
+        argv += [*_variants(bench, paths, cap=side)[0], *(["--interleave"] if side else [])]
     return [Step("tune", tuple(argv), "tune.log", _timeout(row, 480 if row.get("confirm") else 300), rerun=True)]
 
 
