@@ -5,6 +5,12 @@ sum(latency - TTFT) / sum(rounds) over its requests (rounds: ``spec_verify_ct``;
 token after the prefill's first). It includes whatever the server does between rounds (scheduling,
 other requests' prefills), which is what throughput pays.
 
+Measured throughput, closed loop, by Little's law: ``c * tokens / sum(latency)`` over the cell's
+requests, i.e. c clients that each start a request as the last one ends. `repro bench` reports tokens
+over wall time instead; the two agree for a refilling client, but under ``--interleave`` a cell runs in
+waves of c that each end with their slowest request, and the wall time then holds that straggler wait
+(10-15% at c 4 / 16 on qwen3-8b), which a served load never pays.
+
 Prediction, closed loop (c clients, M new tokens per request, no think time): a client finishes a
 request every ``TTFT + R * T_round`` seconds with ``R = (M - 1) / tau`` rounds after the prefill's
 first token, so ``tok/s = c * M / (TTFT + (M - 1) / tau * T_round)``; for long outputs that is
@@ -26,7 +32,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from repro.algorithms import AR, DDTREE
-from repro.evidence.results import Cell, completed, summarize
+from repro.evidence.results import Cell, completed
 
 
 @dataclass(frozen=True)
@@ -40,7 +46,7 @@ class CellCost:
     round_ms: float  # decode ms per verify round (AR: per token)
     ttft_ms: float  # mean time to first token
     tau: float | None  # completion tokens / verify rounds, bonus included (None for AR)
-    tok_s: float  # output tokens over the cell's wall time, as `repro bench` reports it
+    tok_s: float  # closed-loop output tok/s by Little's law: c * tokens / sum(latency) (module docstring)
     new_tokens: int  # max_new_tokens of the cell
 
     def as_dict(self) -> dict[str, Any]:
@@ -61,7 +67,6 @@ def cell_costs(records: Iterable[dict[str, Any]], profile: str, temperature: flo
                     and cell.request_rate is None):
                 cells[cell.key] = cell
                 rows[cell.key].append(r)
-    tok_s = {s.cell.key: s.output_tok_s for s in summarize(records)}
     out = []
     for key, group in rows.items():
         cell = cells[key]
@@ -72,7 +77,8 @@ def cell_costs(records: Iterable[dict[str, Any]], profile: str, temperature: flo
         out.append(CellCost(
             algorithm=cell.algorithm, budget=cell.budget, concurrency=cell.concurrency, requests=len(group),
             round_ms=1e3 * decode_s / max(sum(rounds), 1), ttft_ms=1e3 * sum(r["ttft_s"] for r in group) / len(group),
-            tau=tokens / sum(rounds) if spec else None, tok_s=tok_s[key], new_tokens=cell.max_new_tokens))
+            tau=tokens / sum(rounds) if spec else None,
+            tok_s=cell.concurrency * tokens / sum(r["latency_s"] for r in group), new_tokens=cell.max_new_tokens))
     return sorted(out, key=lambda c: (c.algorithm, c.budget or 0, c.concurrency))
 
 

@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 
 from repro.cli import main as cli
+from repro.evidence.results import summarize
 from repro.evidence.verdicts import FAIL, NOT_MEASURED, PASS
 from repro.schedule import BudgetSchedule
 from repro.tuning import tune
 from repro.tuning.acceptance import read_recordings
-from repro.tuning.costs import predict_tok_s
+from repro.tuning.costs import cell_costs, predict_tok_s
 from repro.tuning.recommend import analyze, cell_requests, pick_recording, render
 from verify.fake_sglang import REPO, make_models, write_profiles
 from verify.tunedata import bench_records, linear_round_ms, write_recording
@@ -385,3 +386,20 @@ def test_report_has_the_tuning_section_and_plot(world, tmp_path, capsys):
     assert (tmp_path / "rep" / "tune_predicted_vs_measured.png").read_bytes().startswith(b"\x89PNG")
     data = json.loads((tmp_path / "rep" / "report.json").read_text())
     assert data["tune"][0]["profile"] == "p"
+
+
+def test_measured_throughput_is_littles_law_not_a_waves_wall_time():
+    """A cell run in waves (bench --interleave) ends each wave with its slowest request; tune's measured
+    tok/s is c * tokens / sum(latency) (what c refilling clients get), not tokens over that wall time."""
+    records = bench_records([0.0] * 17 + [4.0], linear_round_ms, budgets=[17], concurrency=[2], requests=4)
+    wave_start = 0.0
+    for r in (r for r in records if r["kind"] == "request" and r["cell"]["algorithm"] == "DDTREE"):
+        if r["index"] % 2:  # every wave's second request takes twice as long; the next wave waits for it
+            r["latency_s"] *= 2
+        r["start"], r["end"] = wave_start, wave_start + r["latency_s"]
+        wave_start += r["latency_s"] if r["index"] % 2 else 0.0
+    (cost,) = [c for c in cell_costs(records, "p", 0.0) if c.algorithm == "DDTREE"]
+    latency = sum(r["latency_s"] for r in records if r["kind"] == "request" and r["cell"]["algorithm"] == "DDTREE")
+    assert cost.tok_s == pytest.approx(2 * 4 * 128 / latency)
+    (summary,) = [s for s in summarize(records) if s.cell.algorithm == "DDTREE"]
+    assert cost.tok_s > 1.1 * summary.output_tok_s  # the waves' wall time counts the stragglers' wait
