@@ -149,6 +149,16 @@ def _cells(records: list[dict[str, Any]], profile: str, api: str | None) -> dict
     return {s.cell.request_rate: (s, s.requests + s.failed) for s in summarize(mine)}
 
 
+def _write(out: Path, runs: list[dict[str, Any]], result: list[dict[str, Any]], *, complete: bool) -> bool:
+    """Write ``bench_serving_check.json`` (``complete``: every cell's load has run); True when every verdict holds."""
+    verdicts = [r["within"] for r in result if r["within"] is not None]
+    passed = bool(verdicts) and all(verdicts)
+    (out / "bench_serving_check.json").write_text(json.dumps(
+        {"tolerance": TOLERANCE, "verdict_figures": VERDICT_FIGURES, "complete": complete, "passed": passed,
+         "runs": runs, "rows": result}, indent=1) + "\n")
+    return passed
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run bench_serving at each open-loop cell's load, write the comparison, print it; 1 if a verdict fails."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -199,13 +209,10 @@ def main(argv: list[str] | None = None) -> int:
             runs.append({"backend": backend, "rate": rate, "argv": argv_bs[1:],
                          "in_repro_order": lens == [len(b.get("input_ids", [])) for b in sent] if lens else None})
             result += rows(backend, s, summary, count)
+            _write(args.out, runs, result, complete=False)  # a run cut short keeps the rates it finished
     if not result:
         sys.exit(f"bench_serving_check: no open-loop cells of {profile.name} for {', '.join(backends)} in the results")
-    verdicts = [r["within"] for r in result if r["within"] is not None]
-    passed = bool(verdicts) and all(verdicts)
-    (args.out / "bench_serving_check.json").write_text(json.dumps(
-        {"tolerance": TOLERANCE, "verdict_figures": VERDICT_FIGURES, "passed": passed, "runs": runs, "rows": result},
-        indent=1) + "\n")
+    passed = _write(args.out, runs, result, complete=True)
     print(table(result))
     print(f"\nverdict: {' and '.join(VERDICT_FIGURES)} within {TOLERANCE:.0%} of bench_serving's: "
           f"{'yes' if passed else 'NO'} ({args.out / 'bench_serving_check.json'})")

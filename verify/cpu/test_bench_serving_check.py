@@ -141,7 +141,7 @@ class TestVerdicts:
 
 STUB = '''"""A stand-in for sglang.bench_serving: it loads the sharegpt dataset as 0.5.17 does (random.seed, then
 shuffle), encodes each prompt with --tokenizer and appends the fixture's summary with those input_lens."""
-import argparse, json, random, sys
+import argparse, json, os, random, sys
 from pathlib import Path
 from tokenizers import Tokenizer
 p = argparse.ArgumentParser()
@@ -149,6 +149,8 @@ for flag in ("--dataset-path", "--seed", "--tokenizer", "--output-file", "--requ
              "--num-prompts"):
     p.add_argument(flag)
 args = p.parse_known_args()[0]
+if float(os.environ.get("STUB_FAIL_AT_RATE", "nan")) == float(args.request_rate):
+    sys.exit(3)
 random.seed(int(args.seed))
 rows = json.loads(Path(args.dataset_path).read_text())
 random.shuffle(rows)
@@ -162,38 +164,58 @@ with open(args.output_file, "a") as f:
 '''
 
 
+def _check_against_the_fake_server(tmp_path: Path, monkeypatch) -> tuple[int | str | None, Path]:
+    """repro bench at 100 and 300 req/s against the fake server, then the check with the stand-in
+    bench_serving: (its exit code, or the message it exits with; the work folder)."""
+    work = workspace(tmp_path / "w", monkeypatch)
+    stub = tmp_path / "stub" / "sglang"
+    stub.mkdir(parents=True)
+    (stub / "__init__.py").write_text("")
+    (stub / "bench_serving.py").write_text(STUB)
+    (stub / "result.jsonl").write_text(FIXTURE.read_text())
+    tokenizer = tmp_path / "tok"
+    tokenizer.mkdir()
+    (tokenizer / "config.json").write_text(json.dumps({"vocab_size": 4096, "bos_token_id": 1, "eos_token_id": 2}))
+    write_tokenizer(tokenizer)
+    proc, url = fake_server(work, "--speculative-algorithm", "DDTREE", "--speculative-ddtree-budget", "8")
+    try:
+        assert cli.main(bench_args("fake", "--url", url, "--prompts", DISTINCT, "--request-rate", "100,300",
+                                   "--num-prompts", "3", "--flush-cache", "--seed", "5")) == 0
+        monkeypatch.setenv("PYTHONPATH", f"{tmp_path / 'stub'}:{os.environ['PYTHONPATH']}")
+        try:
+            code = check.main([str(work / "out.jsonl"), "--url", url, "--profile", "fake", "--profile-file",
+                               "profiles.toml", "--models-dir", "models", "--tokenizer", str(tokenizer), "--seed",
+                               "5", "--out", str(work / "check")])
+        except SystemExit as stop:
+            code = stop.code
+    finally:
+        proc.kill()
+        proc.wait()
+    return code, work
+
+
 class TestMain:
     def test_bench_serving_runs_at_each_cells_load(self, tmp_path: Path, monkeypatch, capsys) -> None:
         """Against the fake server: repro bench's open-loop cells, then one bench_serving run per rate
         (a stand-in that shuffles as 0.5.17 does) given the cell's prompts as text, which it receives
         in repro's order; the JSON holds a row per figure and the runs' command lines."""
-        work = workspace(tmp_path / "w", monkeypatch)
-        stub = tmp_path / "stub" / "sglang"
-        stub.mkdir(parents=True)
-        (stub / "__init__.py").write_text("")
-        (stub / "bench_serving.py").write_text(STUB)
-        (stub / "result.jsonl").write_text(FIXTURE.read_text())
-        tokenizer = tmp_path / "tok"
-        tokenizer.mkdir()
-        (tokenizer / "config.json").write_text(json.dumps({"vocab_size": 4096, "bos_token_id": 1, "eos_token_id": 2}))
-        write_tokenizer(tokenizer)
-        proc, url = fake_server(work, "--speculative-algorithm", "DDTREE", "--speculative-ddtree-budget", "8")
-        try:
-            assert cli.main(bench_args("fake", "--url", url, "--prompts", DISTINCT, "--request-rate", "100,300",
-                                       "--num-prompts", "3", "--flush-cache", "--seed", "5")) == 0
-            monkeypatch.setenv("PYTHONPATH", f"{tmp_path / 'stub'}:{os.environ['PYTHONPATH']}")
-            code = check.main([str(work / "out.jsonl"), "--url", url, "--profile", "fake", "--profile-file",
-                               "profiles.toml", "--models-dir", "models", "--tokenizer", str(tokenizer), "--seed", "5",
-                               "--out", str(work / "check")])
-        finally:
-            proc.kill()
-            proc.wait()
+        code, work = _check_against_the_fake_server(tmp_path, monkeypatch)
         result = json.loads((work / "check" / "bench_serving_check.json").read_text())
         assert code == (0 if result["passed"] else 1)
         assert [(r["rate"], r["in_repro_order"]) for r in result["runs"]] == [(100.0, True), (300.0, True)]
         assert {r["figure"] for r in result["rows"]} == {*check.FIGURES, "failed"}
         assert "--request-rate" in result["runs"][1]["argv"] and "300" in result["runs"][1]["argv"]
-        assert "verdict: output tok/s and TPOT median ms within 10%" in capsys.readouterr().out
+        assert result["complete"] and "verdict: output tok/s and TPOT median ms within 10%" in capsys.readouterr().out
+
+    def test_a_run_cut_short_keeps_the_rates_it_finished(self, tmp_path: Path, monkeypatch) -> None:
+        """bench_serving fails at the second rate: the check says so and its JSON keeps the first rate's rows,
+        marked incomplete, for bench_serving_pool."""
+        monkeypatch.setenv("STUB_FAIL_AT_RATE", "300")
+        code, work = _check_against_the_fake_server(tmp_path, monkeypatch)
+        assert code == f"bench_serving_check: bench_serving exited 3; see {work / 'check' / 'bench_serving-sglang-300.log'}"
+        result = json.loads((work / "check" / "bench_serving_check.json").read_text())
+        assert not result["complete"] and {r["rate"] for r in result["rows"]} == {100.0}
+        assert [r["rate"] for r in result["runs"]] == [100.0]
 
     def test_another_seed_is_refused(self, tmp_path: Path, monkeypatch) -> None:
         """A --seed other than the one repro bench drew its arrivals with cannot give the same load."""
