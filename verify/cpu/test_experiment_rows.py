@@ -4,6 +4,7 @@ kind builds (verify/device/steps.py); nothing here starts a GPU process."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import tomllib
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from repro.serving.profiles import load_profiles
 from repro.testmodels.configs import read_model
 from verify.device import experiment
 from verify.device.rows import KINDS, load_rows
-from verify.device.runner import paths_from_env
+from verify.device.runner import environment, paths_from_env
 from verify.device.steps import build_steps
 
 PATHS = dataclasses.replace(paths_from_env({}), python="python3")
@@ -269,3 +270,7 @@ def test_a_confirming_tune_row_serves_its_picks_as_its_grid_served_its_budgets()
     assert Path(flag("--profile-file")) == PATHS.dir(grid) / "profiles.toml"
     assert grid.get("side-by-side") and "--interleave" in argv  # waves of c, as the grid's cells ran
     assert "--confirm" not in _steps("tune-k26-tp8")[0].argv
+    # it starts servers, so it runs on the installed SGLang (the 12-06 device run found its servers without it)
+    site = str(PATHS.site.resolve())
+    assert row.stack and environment(row, PATHS, {})["PYTHONPATH"].split(os.pathsep)[0] == site
+    assert not ROWS["tune-k26-tp8"].stack and site not in environment(ROWS["tune-k26-tp8"], PATHS, {})["PYTHONPATH"]

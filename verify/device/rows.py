@@ -154,8 +154,9 @@ class Row:
 
     @property
     def stack(self) -> bool:
-        """Whether it runs on the installed, patched SGLang (the setup first)."""
-        return self.keys.get("stack", self.kind in STACK_KINDS)
+        """Whether it runs on the installed, patched SGLang (the setup first): the serving kinds, and a tune
+        row that confirms its picks (it starts servers)."""
+        return self.keys.get("stack", self.kind in STACK_KINDS or (self.kind == "tune" and bool(self.get("confirm"))))
 
 
 def _fail(where: str, name: str, problem: str) -> UsageError:
