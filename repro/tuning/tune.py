@@ -49,7 +49,7 @@ DEFAULT_PROMPTS = "humaneval"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``repro tune``."""
     parser.add_argument("profile", metavar="PROFILE", help="profile name (repro/data/profiles.toml)")
-    parser.add_argument("--results", nargs="+", type=Path, default=[], metavar="RESULTS",
+    parser.add_argument("--results", nargs="+", action="extend", type=Path, default=[], metavar="RESULTS",
                         help="bench JSONL files or directories to read instead of measuring")
     parser.add_argument("--recording", type=Path, default=None,
                         help="acceptance recording (default: the one this run's DDTREE servers write)")
@@ -83,8 +83,10 @@ def _profile(args: argparse.Namespace) -> Profile:
 
 
 def _bench(args: argparse.Namespace, out: Path, extra: list[str], recording: Path | None) -> None:
-    """Run `repro bench` in a child process, appending to ``out``; recording on when ``recording``."""
+    """Run `repro bench` in a child process, appending to ``out`` (its servers' logs in ``logs`` beside it);
+    recording on when ``recording``."""
     argv = [sys.executable, "-m", "repro.cli", "bench", args.profile, "-o", str(out), "--resume",
+            "--log-dir", str(out.parent / "logs"),
             "--concurrency", ",".join(map(str, args.concurrency)), "--temperatures", f"{args.temperature:g}",
             "--prompts", args.prompts or DEFAULT_PROMPTS, "--num-prompts", str(args.num_prompts),
             "--max-new-tokens", str(args.max_new_tokens), "--warmup", str(args.warmup), *extra]

@@ -347,16 +347,18 @@ class TestSweep:
     @pytest.mark.parametrize("interleave", [False, True])
     def test_interleave_measures_in_waves_as_an_interleaved_grid_did(self, monkeypatch, interleave):
         """--interleave reaches the repro bench that tune runs (a confirm cell then ends each wave with its
-        slowest request, as the grid's cells did); without it the bench refills as requests finish."""
+        slowest request, as the grid's cells did); without it the bench refills as requests finish. Its servers'
+        logs go beside tune's output (not to the working folder's results/)."""
         seen = []
         monkeypatch.setattr("repro.tuning.tune.subprocess.run",
                             lambda argv, env, check: seen.append(argv) or type("Done", (), {"returncode": 0}))
         parser = argparse.ArgumentParser()
         tune.add_arguments(parser)
         args = parser.parse_args(["p", "--confirm", *(["--interleave"] if interleave else [])])
-        tune._bench(args, Path("out.jsonl"), ["--budgets", "27"], None)
+        tune._bench(args, Path("o/out.jsonl"), ["--budgets", "27"], None)
         (argv,) = seen
         assert ("--interleave" in argv) is interleave and argv[argv.index("--budgets") + 1] == "27"
+        assert argv[argv.index("--log-dir") + 1] == str(Path("o/logs"))  # server logs beside tune's output
 
     def test_sweep_without_a_recording_says_the_servers_did_not_record(self, tmp_path, monkeypatch, capsys):
         """The fake server does not record: tune says which file is missing and why, exit 1."""
