@@ -85,7 +85,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma list (default AR,DFLASH,DDTREE)")
     parser.add_argument("--budgets", type=comma_list(NONNEGATIVE_INT, "integers >= 0"), default=[],
                         help="DDTREE budgets, comma list (default: the profile's budget or schedule)")
-    parser.add_argument("--schedules", type=_schedule, nargs="+", default=[], metavar="SCHEDULE",
+    parser.add_argument("--schedules", type=_schedule, nargs="+", action="extend", default=[], metavar="SCHEDULE",
                         help="DDTREE budget schedules, each a server of its own (e.g. 1:63,4:31,16:15)")
     parser.add_argument("--concurrency", type=comma_list(POSITIVE_INT, "integers >= 1"), default=None,
                         help="closed-loop clients, comma list (default 1,4,16; none with --request-rate)")

@@ -46,9 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("results", nargs="*", type=Path, metavar="RESULTS",
                         help="bench JSONL files, or directories of them")
     parser.add_argument("-o", "--output-dir", type=Path, required=True)
-    parser.add_argument("--tiers", nargs="+", type=Path, default=[], metavar="JUNIT_XML",
+    parser.add_argument("--tiers", nargs="+", action="extend", type=Path, default=[], metavar="JUNIT_XML",
                         help="pytest --junitxml files of the verify run(s)")
-    parser.add_argument("--verify-cost", nargs="+", type=Path, default=[], metavar="JSON",
+    parser.add_argument("--verify-cost", nargs="+", action="extend", type=Path, default=[], metavar="JSON",
                         help="verify/bench/verify_cost.py results of full-size targets")
     parser.add_argument("--baseline", type=Path, default=None, metavar="DIR",
                         help="bench results (a file or directory) to compare RESULTS with cell by cell")

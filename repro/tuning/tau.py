@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--budgets", default=None,
                         help="comma-separated budgets B' (default: every B' up to the recorded budget)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument("--results", type=Path, nargs="+", default=None, metavar="RESULTS",
+    parser.add_argument("--results", type=Path, nargs="+", action="extend", default=None, metavar="RESULTS",
                         help="repro bench JSONL: count only the rounds of its DDTREE requests at --temperature")
     parser.add_argument("--temperature", type=number(at_least=0), default=None,
                         help="with --results: the cells' sampling temperature (default 0)")

@@ -103,3 +103,21 @@ class TestBrokenPipe:
         finally:
             os.close(write)
         assert done.returncode == cli.BROKEN_PIPE and done.stderr == b""
+
+
+@pytest.mark.parametrize("name", list(cli.VERBS))
+def test_a_repeated_list_flag_adds_to_the_list(name) -> None:
+    """Every optional flag that takes several values extends its list when given twice (``--results a
+    --results b`` reads both): argparse's default keeps only the last, silently dropping the first."""
+    parser = cli.build_parser(name)
+    verb = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[name]
+    listed = [a for a in verb._actions if a.option_strings and a.nargs in ("+", "*")]
+    assert all(isinstance(a, argparse._ExtendAction) for a in listed), \
+        f"repro {name}: {[a.option_strings[0] for a in listed if not isinstance(a, argparse._ExtendAction)]} keep only the last"
+
+
+def test_tune_reads_every_results_flag() -> None:
+    """``repro tune --results a --results b c`` reads a, b and c (a grid and its confirm cells, say)."""
+    parser = cli.build_parser("tune")
+    args = parser.parse_args(["tune", "p", "--results", "a", "--results", "b", "c"])
+    assert args.results == [Path("a"), Path("b"), Path("c")]
