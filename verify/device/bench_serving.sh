@@ -6,7 +6,7 @@
 # .carry/human-eval.zip as verify/device/experiments.toml's. RATES (6,18,30), NUM_PROMPTS (64), REPEATS (2),
 # BACKENDS (sglang; sglang,sglang-oai adds repro bench --api openai and bench_serving through /v1/completions).
 # Results: $DIR, packed into $OUT/bench-serving.tar.gz if OUT is set. On one H100 a cold server start took 200-250 s (71 s
-# with the Triton cache of a warm machine) and a repeat 90-115 s: REPEATS=2 fits a fresh machine's 10 minutes, 3 a warm one's.
+# with the Triton cache of a warm machine) and a repeat 90-115 s: REPEATS=2 fits a fresh machine's 10 minutes (465 s, 12-06), 3 a warm one's.
 set -uo pipefail
 DIR=${BENCH_SERVING_DIR:-build/bench-serving} WH=${WHEELHOUSE:-.carry/wheelhouse-sm90} SITE=${SITE:-/tmp/site}
 MODELS=${MODELS:-/tmp/models} PROFILE=full-h200-qwen3-8b URL=http://127.0.0.1:${PORT:-30000} B=${BACKENDS:-sglang}
