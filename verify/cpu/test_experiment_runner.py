@@ -4,6 +4,8 @@ the timeout test runs a real sleeping process."""
 
 from __future__ import annotations
 
+import io
+import json
 import subprocess
 import sys
 import tarfile
@@ -196,3 +198,58 @@ def test_a_stack_row_stops_when_the_setup_fails(tmp_path, fake):
     fake.codes = {"python3": 1}
     assert runner.run_row(rows["api-tier"], rows, paths, _clock(500), {}) == FAILED
     assert [c.argv[3] for c in fake.calls] == ["install-offline", "patch", "testmodels"]
+
+
+def test_run_row_seeds_the_triton_cache_its_steps_use_before_the_setup(tmp_path, fake, capsys):
+    """The carried archive fills the TRITON_CACHE_DIR the row's processes get, before the first of them starts."""
+    rows = load_rows()
+    paths = _paths(tmp_path)
+    paths.carry.mkdir()
+    _triton_archive(tmp_path, "/elsewhere").rename(paths.carry / "triton-cache.tar.gz")
+    cache = tmp_path / "tc"
+    fake.codes = {"python3": 1}
+    runner.run_row(rows["api-tier"], rows, paths, _clock(500), {"TRITON_CACHE_DIR": str(cache)})
+    assert fake.calls[0].env["TRITON_CACHE_DIR"] == str(cache) and (cache / "KEY" / "k.cubin").is_file()
+    assert "Triton cache: 3 files" in capsys.readouterr().out
+
+
+def _triton_archive(tmp_path: Path, old_root: str) -> Path:
+    """An archive as `tar czf triton-cache.tar.gz -C build triton-cache` packs one kernel of another machine."""
+    src = tmp_path / "src" / runner.TRITON_CACHE / "KEY"
+    src.mkdir(parents=True)
+    names = ["k.cubin", "k.json"]
+    for name in names:
+        (src / name).write_text(name)
+    children = {name: f"{old_root}/build/triton-cache/KEY/{name}" for name in names}
+    (src / "__grp__k.json").write_text(json.dumps({"child_paths": children}))
+    archive = tmp_path / "triton-cache.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(src.parent, arcname=runner.TRITON_CACHE)
+        evil = tarfile.TarInfo("elsewhere.txt")  # a member outside triton-cache/ is not unpacked
+        tar.addfile(evil, io.BytesIO(b""))
+    return archive
+
+
+def test_a_carried_triton_cache_seeds_an_empty_cache_with_its_paths_moved(tmp_path):
+    """The kernels of another machine's cache land in an empty TRITON_CACHE_DIR, each kernel's group file
+    naming its files where they now are (Triton looks them up by absolute path); nothing outside
+    triton-cache/ is unpacked."""
+    archive = _triton_archive(tmp_path, "/elsewhere/repo")
+    cache = tmp_path / "build" / "triton-cache"
+    assert runner.seed_triton_cache(archive, cache) == 3
+    group = json.loads((cache / "KEY" / "__grp__k.json").read_text())["child_paths"]
+    assert group == {name: str((cache / "KEY" / name).resolve()) for name in ("k.cubin", "k.json")}
+    assert all(Path(p).read_text() == name for name, p in group.items())
+    assert not (cache / "elsewhere.txt").exists() and not (cache.parent / "elsewhere.txt").exists()
+
+
+def test_a_machines_own_triton_cache_is_left_alone(tmp_path):
+    """A warm machine's cache (not empty) is newer than any carried one; no archive seeds nothing."""
+    archive = _triton_archive(tmp_path, "/elsewhere/repo")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "own").write_text("x")
+    assert runner.seed_triton_cache(archive, cache) == 0
+    assert sorted(p.name for p in cache.iterdir()) == ["own"]
+    assert runner.seed_triton_cache(tmp_path / "absent.tar.gz", tmp_path / "c2") == 0
+    assert not (tmp_path / "c2").exists()

@@ -14,6 +14,7 @@ rm -rf "$DIR" && mkdir -p "$DIR"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false REPRO_MODELS_DIR=$MODELS
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$PWD/build/triton-cache}  # the experiment rows' cache: a warm machine reuses it
 ZIPS=$(ls .carry/*.zip 2>/dev/null | tr '\n' ':') && export PYTHONPATH=$SITE:$PWD${ZIPS:+:${ZIPS%:}}
+python3 -m verify.device.experiment seed-triton-cache  # a carried .carry/triton-cache.tar.gz spares the cold compile
 timeout 240 python3 -m repro.cli install-offline "$WH" --site "$SITE" >"$DIR/install.log" 2>&1 || { tail -20 "$DIR/install.log"; exit 1; }
 timeout 60 python3 -m repro.cli patch apply --site "$SITE" >"$DIR/patch.log" 2>&1 || { cat "$DIR/patch.log"; exit 1; }
 [ -f "$MODELS/qwen3-8b/tokenizer.json" ] || timeout 120 python3 -m repro.cli testmodels "$MODELS" >"$DIR/models.log" 2>&1 || exit 1

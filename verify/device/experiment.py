@@ -18,7 +18,7 @@ from pathlib import Path
 
 from repro.errors import UsageError
 from verify.device.rows import EXPERIMENTS, Row, load_rows
-from verify.device.runner import Clock, environment, paths_from_env, run_row, steps_with_setup
+from verify.device.runner import TRITON_CACHE, Clock, environment, paths_from_env, run_row, seed_triton_cache, steps_with_setup
 
 TIME_LIMIT = 570.0  # seconds: one 10-minute device command, less the start and the copy back
 
@@ -35,6 +35,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--time-limit", type=float, default=TIME_LIMIT, metavar="S",
                      help=f"start no step after S seconds and end every one by then (default {TIME_LIMIT:g})")
     run.add_argument("--fresh", action="store_true", help="remove the experiment's results folder first")
+    sub.add_parser("seed-triton-cache", help="unpack the carried triton-cache.tar.gz into an empty TRITON_CACHE_DIR "
+                                             "(`run` does it first; for scripts that start servers themselves)")
     return parser
 
 
@@ -49,6 +51,11 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point; a bad row or name is one line on stderr and exit 2."""
     args = _parser().parse_args(argv)
     paths = paths_from_env(os.environ)
+    if args.command == "seed-triton-cache":
+        cache = Path(os.environ.get("TRITON_CACHE_DIR", f"build/{TRITON_CACHE}"))
+        seeded = seed_triton_cache(paths.carry / f"{TRITON_CACHE}.tar.gz", cache)
+        print(f"Triton cache {cache}: " + (f"{seeded} files from the carried archive" if seeded else "left as it is"))
+        return 0
     try:
         rows = load_rows(args.file)
         if args.command == "list":

@@ -12,11 +12,18 @@ No step starts with less than the row's ``needs`` seconds (default 60) left of t
 each ends by it (a bench gets a shorter ``--time-limit``; others are stopped). Results stay in the
 build folder (their recorded argv names no return folder); at the end the row's folder is packed into
 ``$OUT/ROW.tar.gz`` when ``OUT`` is set (one file: a lent machine returns a few files a call).
+
+A fresh machine compiles every Triton kernel on its first server start (150 s of a 220-250 s start on
+one H100). A carried ``triton-cache.tar.gz`` (the ``triton-cache/`` folder of an earlier machine's
+build folder, packed there with ``tar czf $OUT/triton-cache.tar.gz -C build triton-cache``) seeds an
+empty ``TRITON_CACHE_DIR`` before the setup; Triton's own keys (its version, the source, the target
+arch) decide what it reuses, so a stale entry is recompiled, never misused.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import signal
 import subprocess
@@ -36,6 +43,7 @@ TIMED_OUT = 124  # a step stopped at its timeout (as `timeout`)
 REPO = Path(__file__).resolve().parents[2]
 STAMP = ".repro-experiment-setup"
 MODEL_MARKS = ("planted/tokenizer.json", "k26-tp8/planted.json")
+TRITON_CACHE = "triton-cache"  # the build folder's Triton cache, and its carried archive's top folder
 
 
 def paths_from_env(env: Mapping[str, str]) -> Paths:
@@ -50,7 +58,7 @@ def paths_from_env(env: Mapping[str, str]) -> Paths:
 def environment(row: Row, paths: Paths, base: Mapping[str, str]) -> dict[str, str]:
     """The environment of the row's steps: ``base`` with the machine's conventions and the row's ``env``."""
     env = {**base, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "TOKENIZERS_PARALLELISM": "false", "TRITON_CACHE_DIR": base.get("TRITON_CACHE_DIR", "build/triton-cache")}
+           "TOKENIZERS_PARALLELISM": "false", "TRITON_CACHE_DIR": base.get("TRITON_CACHE_DIR", f"build/{TRITON_CACHE}")}
     if Path("/usr/local/cuda/bin").is_dir():
         env["PATH"] = f"{base.get('PATH', '')}:/usr/local/cuda/bin"
         env.setdefault("CUDA_HOME", "/usr/local/cuda")
@@ -63,6 +71,27 @@ def environment(row: Row, paths: Paths, base: Mapping[str, str]) -> dict[str, st
     if row.get("gpus") is not None:
         env["CUDA_VISIBLE_DEVICES"] = row.get("gpus")
     return {**env, **row.get("env", {})}
+
+
+def seed_triton_cache(archive: Path, cache: Path) -> int:
+    """The files of ``archive`` under ``triton-cache/`` unpacked into ``cache`` when ``cache`` is empty or
+    absent (a machine's own cache is newer); the count unpacked (0: nothing to seed)."""
+    if not archive.is_file() or (cache.is_dir() and any(cache.iterdir())):
+        return 0
+    prefix = f"{TRITON_CACHE}/"
+    with tarfile.open(archive) as tar:
+        members = []
+        for member in tar.getmembers():
+            if member.isfile() and member.name.removeprefix("./").startswith(prefix):
+                member.name = member.name.removeprefix("./").removeprefix(prefix)
+                members.append(member)
+        cache.mkdir(parents=True, exist_ok=True)
+        tar.extractall(cache, members=members, filter="data")
+    for group in cache.glob("*/__grp__*.json"):  # Triton names each kernel's files by absolute path
+        children = json.loads(group.read_text())["child_paths"]
+        moved = {name: str(group.parent.resolve() / name) for name in children}
+        group.write_text(json.dumps({"child_paths": moved}))
+    return len(members)
 
 
 def setup_steps(paths: Paths) -> list[Step]:
@@ -212,6 +241,9 @@ def run_row(row: Row, rows: dict[str, Row], paths: Paths, clock: Clock, base_env
     out = paths.dir(row)
     out.mkdir(parents=True, exist_ok=True)
     env = environment(row, paths, base_env)
+    seeded = seed_triton_cache(paths.carry / f"{TRITON_CACHE}.tar.gz", Path(env["TRITON_CACHE_DIR"]))
+    if seeded:
+        print(f"[experiment] Triton cache: {seeded} files from the carried {TRITON_CACHE}.tar.gz", flush=True)
     status = setup(paths, out, env, clock) if row.stack else DONE
     if status == DONE:
         status = run_steps(build_steps(row, paths, rows), out, env, clock, float(row.get("needs", 60)))
