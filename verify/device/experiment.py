@@ -1,4 +1,4 @@
-"""GPU experiments as data: ``python3 -m verify.device.experiment list | show NAME | run NAME``.
+"""GPU experiments as data: ``python3 -m verify.device.experiment list | show NAME | run NAME | seed-triton-cache``.
 
 Each experiment is a row of ``verify/device/experiments.toml`` (``verify.device.rows``); ``show``
 prints the exact commands ``run`` starts (the setup's first when the row runs on the installed
