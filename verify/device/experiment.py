@@ -18,7 +18,16 @@ from pathlib import Path
 
 from repro.errors import UsageError
 from verify.device.rows import EXPERIMENTS, Row, load_rows
-from verify.device.runner import TRITON_CACHE, Clock, environment, paths_from_env, run_row, seed_triton_cache, steps_with_setup
+from verify.device.runner import (
+    TRITON_CACHE,
+    Clock,
+    environment,
+    paths_from_env,
+    run_row,
+    seed_triton_cache,
+    steps_with_setup,
+    triton_cache_dir,
+)
 
 TIME_LIMIT = 570.0  # seconds: one 10-minute device command, less the start and the copy back
 
@@ -52,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     paths = paths_from_env(os.environ)
     if args.command == "seed-triton-cache":
-        cache = Path(os.environ.get("TRITON_CACHE_DIR", f"build/{TRITON_CACHE}"))
+        cache = triton_cache_dir(os.environ)
         seeded = seed_triton_cache(paths.carry / f"{TRITON_CACHE}.tar.gz", cache)
         print(f"Triton cache {cache}: " + (f"{seeded} files from the carried archive" if seeded else "left as it is"))
         return 0

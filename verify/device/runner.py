@@ -58,7 +58,7 @@ def paths_from_env(env: Mapping[str, str]) -> Paths:
 def environment(row: Row, paths: Paths, base: Mapping[str, str]) -> dict[str, str]:
     """The environment of the row's steps: ``base`` with the machine's conventions and the row's ``env``."""
     env = {**base, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "TOKENIZERS_PARALLELISM": "false", "TRITON_CACHE_DIR": base.get("TRITON_CACHE_DIR", f"build/{TRITON_CACHE}")}
+           "TOKENIZERS_PARALLELISM": "false", "TRITON_CACHE_DIR": str(triton_cache_dir(base))}
     if Path("/usr/local/cuda/bin").is_dir():
         env["PATH"] = f"{base.get('PATH', '')}:/usr/local/cuda/bin"
         env.setdefault("CUDA_HOME", "/usr/local/cuda")
@@ -71,6 +71,11 @@ def environment(row: Row, paths: Paths, base: Mapping[str, str]) -> dict[str, st
     if row.get("gpus") is not None:
         env["CUDA_VISIBLE_DEVICES"] = row.get("gpus")
     return {**env, **row.get("env", {})}
+
+
+def triton_cache_dir(env: Mapping[str, str]) -> Path:
+    """``TRITON_CACHE_DIR`` of ``env``, else the build folder's cache."""
+    return Path(env.get("TRITON_CACHE_DIR", f"build/{TRITON_CACHE}"))
 
 
 def seed_triton_cache(archive: Path, cache: Path) -> int:
@@ -241,7 +246,7 @@ def run_row(row: Row, rows: dict[str, Row], paths: Paths, clock: Clock, base_env
     out = paths.dir(row)
     out.mkdir(parents=True, exist_ok=True)
     env = environment(row, paths, base_env)
-    seeded = seed_triton_cache(paths.carry / f"{TRITON_CACHE}.tar.gz", Path(env["TRITON_CACHE_DIR"]))
+    seeded = seed_triton_cache(paths.carry / f"{TRITON_CACHE}.tar.gz", triton_cache_dir(env))
     if seeded:
         print(f"[experiment] Triton cache: {seeded} files from the carried {TRITON_CACHE}.tar.gz", flush=True)
     status = setup(paths, out, env, clock) if row.stack else DONE
