@@ -57,10 +57,13 @@ def test_the_runs_under_way_have_their_rows():
     routed = {b for s in side.get("schedules") for b in BudgetSchedule.parse(s).distinct}
     assert routed <= set(side.get("budgets")) and side.get("algorithms") == ["DFLASH", "DDTREE"]
     assert side.get("side-by-side") and side.get("concurrency") == [1, 4, 16]
-    k26 = ROWS["schedule-k26-tp8"]
+    k26, below = ROWS["schedule-k26-tp8"], ROWS["budgets-k26-tp8"]
     assert (k26.get("profiles"), k26.get("budgets"), k26.get("schedules"), k26.get("concurrency")) == (
-        ["full-h200-k26-tp8"], [11], ["1:7,4:16"], [1, 16])
+        ["full-h200-k26-tp8"], None, ["1:7,4:16"], [1, 16])
     assert not k26.get("side-by-side") and k26.get("num-prompts") == 32 and k26.get("temperatures") == [0]
+    assert (below.get("algorithms"), below.get("budgets"), below.get("schedules")) == (["DDTREE"], [11], [])
+    assert {k: below.get(k) for k in ("profiles", "concurrency", "num-prompts", "prompts", "temperatures")} == {
+        k: k26.get(k) for k in ("profiles", "concurrency", "num-prompts", "prompts", "temperatures")}
     assert ROWS["api-tier"].get("tests") == ["verify/sglang/test_api.py", "verify/cpu/test_profiles_kimi.py"]
 
 
